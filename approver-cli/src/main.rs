@@ -1,0 +1,505 @@
+//! `wardenctl`: the command line of Warden's approvers and security team.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tokio_stream::StreamExt;
+use warden_proto::v1 as pb;
+use warden_proto::v1::admin_client::AdminClient;
+use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Decision, Outcome};
+
+/// Talk to a Warden monitor: ask for decisions, check policies, read and
+/// verify the audit log.
+///
+/// The endpoint and token come from --endpoint and --token / --token-file,
+/// or WARDEN_ENDPOINT and WARDEN_TOKEN / WARDEN_TOKEN_FILE. `authorize`
+/// needs a harness token; `audit` needs an admin token; `policy check` works
+/// offline.
+#[derive(Debug, Parser)]
+#[command(name = "wardenctl", version)]
+struct Cli {
+    #[command(flatten)]
+    connection: Connection,
+    /// Print machine-readable JSON instead of text
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct Connection {
+    /// The monitor's gRPC endpoint
+    #[arg(long, global = true, env = "WARDEN_ENDPOINT", default_value = warden_sdk::DEFAULT_ENDPOINT)]
+    endpoint: String,
+    /// The bearer token
+    #[arg(long, global = true, env = "WARDEN_TOKEN", hide_env_values = true, conflicts_with = "token_file")]
+    token: Option<String>,
+    /// A file holding the bearer token, e.g. .warden/harness.token
+    #[arg(long, global = true, env = "WARDEN_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+}
+
+impl Connection {
+    fn token(&self) -> anyhow::Result<String> {
+        match (&self.token, &self.token_file) {
+            (Some(token), _) => Ok(token.trim().to_owned()),
+            (None, Some(path)) => Ok(std::fs::read_to_string(path)
+                .with_context(|| format!("reading the token file {}", path.display()))?
+                .trim()
+                .to_owned()),
+            (None, None) => bail!("no token: give --token, --token-file, WARDEN_TOKEN or WARDEN_TOKEN_FILE"),
+        }
+    }
+
+    async fn channel(&self) -> anyhow::Result<tonic::transport::Channel> {
+        tonic::transport::Endpoint::from_shared(self.endpoint.clone())
+            .with_context(|| format!("endpoint `{}`", self.endpoint))?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach the monitor at {}", self.endpoint))
+    }
+
+    async fn harness(&self) -> anyhow::Result<Client> {
+        let token = BearerToken::new(&self.token()?)?;
+        Ok(Client::with_channel(self.channel().await?, token))
+    }
+
+    async fn admin(
+        &self,
+    ) -> anyhow::Result<
+        AdminClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>>,
+    > {
+        let token = BearerToken::new(&self.token()?)?;
+        Ok(AdminClient::with_interceptor(self.channel().await?, token))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Ask for one decision, as a harness would (needs a harness token).
+    ///
+    /// Exit code: 0 ALLOW, 2 DENY, 3 PENDING, 1 error.
+    ///
+    /// Examples:
+    ///   wardenctl authorize --user alice --agent claude-code --session s1 fs.read /home/alice/project/src/main.rs
+    ///   wardenctl authorize --user alice --agent claude-code --session s1 exec -- git push origin main
+    ///   wardenctl authorize --user alice --agent claude-code --session s1 http.request GET https://crates.io/
+    ///   wardenctl authorize --user alice --agent claude-code --session s1 secret.use GITHUB_TOKEN
+    ///   wardenctl authorize --user alice --agent claude-code --session s1 tool.call docs search '{"q":"x"}'
+    #[command(verbatim_doc_comment)]
+    Authorize(AuthorizeArgs),
+    /// Policy folder tools.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// The audit log (needs an admin token, or --data for a stopped monitor).
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Args)]
+struct AuthorizeArgs {
+    /// The user the agent acts for
+    #[arg(long)]
+    user: String,
+    /// The kind of agent, e.g. claude-code
+    #[arg(long)]
+    agent: String,
+    /// The agent's session id
+    #[arg(long)]
+    session: String,
+    /// Working directory for a relative path or a command
+    #[arg(long)]
+    cwd: Option<String>,
+    /// Why the agent wants to act (shown to approvers)
+    #[arg(long)]
+    justification: Option<String>,
+    /// Extra schema-declared context, a JSON object
+    #[arg(long, value_name = "JSON")]
+    context_json: Option<String>,
+    /// Idempotency key [default: a fresh one]
+    #[arg(long)]
+    request_id: Option<String>,
+    /// The resource kind, when the action's name does not tell
+    /// (fs.* file, exec command, http.* http, secret.* secret, tool.* tool)
+    #[arg(long, value_enum)]
+    kind: Option<Kind>,
+    /// The action, e.g. fs.read, exec, http.request, secret.use, tool.call
+    action: String,
+    /// The resource: PATH | ARGV... | METHOD URL | NAME | SERVER TOOL [ARGS_JSON]
+    #[arg(required = true, num_args = 1.., allow_hyphen_values = true, trailing_var_arg = true)]
+    resource: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    File,
+    Command,
+    Http,
+    Secret,
+    Tool,
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Load and strictly validate a policy folder with the monitor's own
+    /// loader; print diagnostics with file:line and a summary. Exit code 1
+    /// when the folder would not load.
+    Check {
+        /// The policy folder
+        #[arg(default_value = "policies")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Walk the hash chain and name the first bad record. Exit code 1 when
+    /// the chain is broken.
+    Verify {
+        /// Verify the store of a stopped monitor in this data folder instead
+        /// of asking the running monitor
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+    /// Print the newest records.
+    Tail {
+        /// How many records
+        #[arg(short = 'n', long, default_value_t = 20)]
+        count: u32,
+        /// Every record from the first
+        #[arg(long)]
+        all: bool,
+        /// Keep printing new records as they are written
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("wardenctl: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            match error.downcast_ref::<tonic::Status>() {
+                Some(status) => {
+                    eprintln!("wardenctl: the monitor refused the call ({:?}): {}", status.code(), status.message())
+                }
+                None => eprintln!("wardenctl: {error:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Authorize(args) => authorize(&cli.connection, args, cli.json).await,
+        Command::Policy(PolicyCommand::Check { dir }) => Ok(policy_check(&dir, cli.json)),
+        Command::Audit(AuditCommand::Verify { data }) => audit_verify(&cli.connection, data, cli.json).await,
+        Command::Audit(AuditCommand::Tail { count, all, follow }) => {
+            audit_tail(&cli.connection, count, all, follow, cli.json).await
+        }
+    }
+}
+
+async fn authorize(connection: &Connection, args: AuthorizeArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let kind = match args.kind {
+        Some(kind) => kind,
+        None => kind_of(&args.action)?,
+    };
+    let resource = resource(kind, &args.resource)?;
+    let mut request = ActionRequest::new(&args.action, resource);
+    if let Some(cwd) = args.cwd {
+        request = request.cwd(cwd);
+    }
+    if let Some(text) = args.justification {
+        request = request.justification(text);
+    }
+    if let Some(context) = args.context_json {
+        request = request.context_json(context);
+    }
+    if let Some(id) = args.request_id {
+        request = request.request_id(id);
+    }
+    let client = connection.harness().await?;
+    let actor = Actor::new(args.user, args.agent, args.session);
+    let decision = client.authorize(&actor, request).await?;
+    if json {
+        println!("{}", decision_json(&decision));
+    } else {
+        print_decision(&decision);
+    }
+    Ok(ExitCode::from(match decision.outcome {
+        Outcome::Allow => 0,
+        Outcome::Deny => 2,
+        Outcome::Pending => 3,
+    }))
+}
+
+fn kind_of(action: &str) -> anyhow::Result<Kind> {
+    Ok(match action {
+        a if a.starts_with("fs.") => Kind::File,
+        "exec" => Kind::Command,
+        a if a.starts_with("http.") => Kind::Http,
+        a if a.starts_with("secret.") => Kind::Secret,
+        a if a.starts_with("tool.") => Kind::Tool,
+        other => bail!("cannot tell the resource kind of action `{other}`: give --kind"),
+    })
+}
+
+fn resource(kind: Kind, args: &[String]) -> anyhow::Result<pb::authorize_request::Resource> {
+    use pb::authorize_request::Resource as R;
+    Ok(match (kind, args) {
+        (Kind::File, [path]) => R::File(pb::FileResource { path: path.clone(), cwd: String::new() }),
+        (Kind::File, _) => bail!("a file action takes one PATH"),
+        (Kind::Command, argv) => R::Command(pb::CommandResource { argv: argv.to_vec(), cwd: String::new() }),
+        (Kind::Http, [method, url]) => R::Http(pb::HttpResource { method: method.clone(), url: url.clone() }),
+        (Kind::Http, _) => bail!("an http action takes METHOD URL"),
+        (Kind::Secret, [name]) => R::Secret(pb::SecretResource { name: name.clone() }),
+        (Kind::Secret, _) => bail!("a secret action takes one NAME"),
+        (Kind::Tool, [server, name]) => {
+            R::Tool(pb::ToolResource { server: server.clone(), name: name.clone(), arguments_json: String::new() })
+        }
+        (Kind::Tool, [server, name, arguments]) => {
+            R::Tool(pb::ToolResource { server: server.clone(), name: name.clone(), arguments_json: arguments.clone() })
+        }
+        (Kind::Tool, _) => bail!("a tool action takes SERVER TOOL [ARGS_JSON]"),
+    })
+}
+
+fn outcome_str(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Allow => "ALLOW",
+        Outcome::Deny => "DENY",
+        Outcome::Pending => "PENDING",
+    }
+}
+
+fn print_decision(decision: &Decision) {
+    println!("{}", outcome_str(decision.outcome));
+    let policies = if decision.policy_ids.is_empty() { "(none)".to_owned() } else { decision.policy_ids.join(", ") };
+    println!("  policies: {policies}");
+    for reason in &decision.reasons {
+        println!("  reason:   {reason}");
+    }
+    if !decision.approval_id.is_empty() {
+        println!("  approval: {}", decision.approval_id);
+    }
+    if let Some(expires) = decision.expires_at {
+        println!("  expires:  {}", rfc3339(expires));
+    }
+    println!("  audit:    #{}", decision.audit_seq);
+    println!("  request:  {}", decision.request_id);
+    println!("  policy version: {}", decision.policy_version);
+}
+
+fn decision_json(decision: &Decision) -> serde_json::Value {
+    serde_json::json!({
+        "request_id": decision.request_id,
+        "outcome": outcome_str(decision.outcome),
+        "policy_ids": decision.policy_ids,
+        "reasons": decision.reasons,
+        "approval_id": decision.approval_id,
+        "expires_at": decision.expires_at.map(rfc3339),
+        "grant_ids": decision.grant_ids,
+        "policy_version": decision.policy_version,
+        "audit_seq": decision.audit_seq,
+        "resolved_by": decision.resolved_by,
+        "note": decision.note,
+    })
+}
+
+fn rfc3339(at: std::time::SystemTime) -> String {
+    let at = time::OffsetDateTime::from(at);
+    at.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| at.to_string())
+}
+
+fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
+    use warden_monitor::policy::PolicySnapshot;
+    match PolicySnapshot::load(dir) {
+        Ok(snapshot) => {
+            let summary = snapshot.summary();
+            if json {
+                let warnings: Vec<String> = snapshot.warnings.iter().map(ToString::to_string).collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "ok": true,
+                        "policy_version": snapshot.version,
+                        "files": snapshot.files,
+                        "policies": summary.policies,
+                        "permits": summary.permits,
+                        "forbids": summary.forbids,
+                        "by_action": summary.by_action,
+                        "missing_reason": summary.missing_reason,
+                        "warnings": warnings,
+                    })
+                );
+            } else {
+                for warning in &snapshot.warnings {
+                    println!("warning: {}", warning.render());
+                }
+                println!(
+                    "{}: {} policies ({} permit, {} forbid) in {} files, version {}",
+                    dir.display(),
+                    summary.policies,
+                    summary.permits,
+                    summary.forbids,
+                    snapshot.files.len(),
+                    snapshot.version
+                );
+                for (action, count) in &summary.by_action {
+                    println!("  {action}: {count}");
+                }
+                if !summary.missing_reason.is_empty() {
+                    println!("  without @reason: {}", summary.missing_reason.join(", "));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            if json {
+                let errors: Vec<String> = error.diagnostics.iter().map(ToString::to_string).collect();
+                println!("{}", serde_json::json!({ "ok": false, "errors": errors }));
+            } else {
+                for diagnostic in &error.diagnostics {
+                    eprintln!("error: {}", diagnostic.render());
+                }
+                eprintln!(
+                    "{}: {} error(s); the monitor would not load this folder",
+                    dir.display(),
+                    error.diagnostics.len()
+                );
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn audit_verify(connection: &Connection, data: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+    let (ok, records, head_seq, head_hash, first_bad_seq, error) = match data {
+        Some(data) => {
+            let path = data.join(warden_monitor::config::STORE_DIR);
+            if !path.is_dir() {
+                bail!("{} holds no store", data.display());
+            }
+            let db = sled::Config::new().path(&path).open().with_context(|| {
+                format!("cannot open {} (is the monitor still running? then verify without --data)", path.display())
+            })?;
+            let tree = db.open_tree(warden_monitor::store::trees::AUDIT)?;
+            let report = warden_monitor::store::verify_chain(
+                tree.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+            );
+            let (bad, error) = report.first_bad.clone().unwrap_or_default();
+            (report.ok(), report.records, report.head.seq, report.head.hash, bad, error)
+        }
+        None => {
+            let mut admin = connection.admin().await?;
+            let r = admin.verify_audit(pb::VerifyAuditRequest {}).await?.into_inner();
+            (r.ok, r.records, r.head_seq, r.head_hash, r.first_bad_seq, r.error)
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "ok": ok, "records": records, "head_seq": head_seq, "head_hash": head_hash,
+                "first_bad_seq": first_bad_seq, "error": error })
+        );
+    } else if ok {
+        println!("ok: {records} records, head #{head_seq} {head_hash}");
+    } else {
+        println!("BROKEN at record #{first_bad_seq}: {error}");
+        println!("  records before it verify; last good head #{head_seq} {head_hash}");
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn audit_tail(
+    connection: &Connection,
+    count: u32,
+    all: bool,
+    follow: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut admin = connection.admin().await?;
+    let mut stream = admin.tail_audit(pb::TailAuditRequest { count, all, follow }).await?.into_inner();
+    while let Some(record) = stream.next().await {
+        let record = record?;
+        if json {
+            println!("{}", audit_json(&record));
+        } else {
+            println!("{}", audit_line(&record));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn audit_time(record: &pb::AuditRecord) -> String {
+    record
+        .time
+        .and_then(|t| time::OffsetDateTime::from_unix_timestamp(t.seconds).ok())
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+fn audit_outcome(record: &pb::AuditRecord) -> &'static str {
+    match pb::Outcome::try_from(record.outcome) {
+        Ok(pb::Outcome::Allow) => "ALLOW",
+        Ok(pb::Outcome::Deny) => "DENY",
+        Ok(pb::Outcome::Pending) => "PENDING",
+        _ => "",
+    }
+}
+
+fn audit_line(record: &pb::AuditRecord) -> String {
+    let actor = record.actor.as_ref().map(|a| format!("{}/{}/{}", a.user, a.agent, a.session)).unwrap_or_default();
+    let mut line = format!(
+        "#{:<6} {} {:<8} {:<7} {} {} {} by {}",
+        record.seq,
+        audit_time(record),
+        record.kind,
+        audit_outcome(record),
+        actor,
+        record.action,
+        record.resource,
+        record.caller
+    );
+    if !record.policy_ids.is_empty() {
+        line.push_str(&format!(" [{}]", record.policy_ids.join(", ")));
+    }
+    line
+}
+
+fn audit_json(record: &pb::AuditRecord) -> serde_json::Value {
+    serde_json::json!({
+        "seq": record.seq,
+        "time": audit_time(record),
+        "kind": record.kind,
+        "caller": record.caller,
+        "actor": record.actor.as_ref().map(|a| serde_json::json!({"user": a.user, "agent": a.agent, "session": a.session})),
+        "action": record.action,
+        "resource": record.resource,
+        "outcome": audit_outcome(record),
+        "policy_ids": record.policy_ids,
+        "reasons": record.reasons,
+        "policy_version": record.policy_version,
+        "request_id": record.request_id,
+        "approval_id": record.approval_id,
+        "prev_hash": record.prev_hash,
+        "hash": record.hash,
+    })
+}

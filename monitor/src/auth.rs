@@ -1,0 +1,225 @@
+//! Callers and their credentials: bearer tokens, of which only SHA-256
+//! hashes are kept, each with a role and, for harnesses, the users it may act
+//! for.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What a credential may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Asks for decisions (`Authority`).
+    Harness,
+    /// Resolves pending approvals (`Approvals`).
+    Approver,
+    /// Grants, sessions, policy and audit (`Admin`).
+    Admin,
+}
+
+impl Role {
+    /// Every role, in the order tokens are created on first start.
+    pub const ALL: [Role; 3] = [Role::Harness, Role::Approver, Role::Admin];
+
+    /// `harness`, `approver` or `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Harness => "harness",
+            Role::Approver => "approver",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A credential as written in configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialConfig {
+    /// Shown in logs and audit records as the caller.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// Hex SHA-256 of the token.
+    pub token_sha256: String,
+    /// For harnesses: the users it may act for; `"*"` means every user and
+    /// must be written explicitly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+}
+
+/// Which users a harness may act for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserScope {
+    /// Every user (`users = ["*"]`).
+    All,
+    /// Only these.
+    Only(HashSet<String>),
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The credential's name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// For harnesses, whom it may act for.
+    pub users: UserScope,
+}
+
+impl Caller {
+    /// Whether this caller may ask on behalf of `user`.
+    pub fn may_act_for(&self, user: &str) -> bool {
+        match &self.users {
+            UserScope::All => true,
+            UserScope::Only(users) => users.contains(user),
+        }
+    }
+}
+
+/// A credential list that does not make sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("credential `{name}`: {message}")]
+pub struct CredentialError {
+    /// The credential at fault.
+    pub name: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Every credential the monitor accepts, by token hash.
+#[derive(Debug, Default)]
+pub struct Credentials {
+    by_hash: HashMap<[u8; 32], Arc<Caller>>,
+}
+
+impl Credentials {
+    /// Checks and indexes a credential list.
+    pub fn new(configs: &[CredentialConfig]) -> Result<Self, CredentialError> {
+        let mut by_hash = HashMap::new();
+        let mut names = HashSet::new();
+        for config in configs {
+            let error = |message: &str| CredentialError { name: config.name.clone(), message: message.to_owned() };
+            if config.name.trim().is_empty() {
+                return Err(error("name must not be empty"));
+            }
+            if !names.insert(config.name.clone()) {
+                return Err(error("the name is used twice"));
+            }
+            let hash: [u8; 32] = hex::decode(config.token_sha256.trim())
+                .ok()
+                .and_then(|bytes| bytes.try_into().ok())
+                .ok_or_else(|| error("token_sha256 must be 64 hex digits"))?;
+            let users = match config.role {
+                Role::Harness => {
+                    if config.users.is_empty() {
+                        return Err(error("a harness credential needs `users`: the users it may act for, or [\"*\"]"));
+                    }
+                    if config.users.iter().any(|u| u == "*") {
+                        if config.users.len() > 1 {
+                            return Err(error("`*` must be the only entry of `users`"));
+                        }
+                        UserScope::All
+                    } else {
+                        UserScope::Only(config.users.iter().cloned().collect())
+                    }
+                }
+                Role::Approver | Role::Admin => {
+                    if !config.users.is_empty() {
+                        return Err(error("only harness credentials have `users`"));
+                    }
+                    UserScope::Only(HashSet::new())
+                }
+            };
+            let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users });
+            if by_hash.insert(hash, caller).is_some() {
+                return Err(error("the same token hash is used by another credential"));
+            }
+        }
+        Ok(Self { by_hash })
+    }
+
+    /// The caller whose token this is.
+    pub fn authenticate(&self, token: &str) -> Option<Arc<Caller>> {
+        self.by_hash.get(&hash_token(token)).cloned()
+    }
+
+    /// How many credentials there are.
+    pub fn len(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_hash.is_empty()
+    }
+}
+
+/// SHA-256 of a token.
+pub fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A new random token: `wdn_` and 64 hex digits (256 bits from the OS).
+pub fn generate_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("wdn_{}", hex::encode(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str, role: Role, token: &str, users: &[&str]) -> CredentialConfig {
+        CredentialConfig {
+            name: name.into(),
+            role,
+            token_sha256: hex::encode(hash_token(token)),
+            users: users.iter().map(|u| (*u).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn tokens_authenticate_by_hash_only() {
+        let creds = Credentials::new(&[
+            config("ci", Role::Harness, "t1", &["alice"]),
+            config("oncall", Role::Approver, "t2", &[]),
+        ])
+        .unwrap();
+        let ci = creds.authenticate("t1").unwrap();
+        assert_eq!(ci.role, Role::Harness);
+        assert!(ci.may_act_for("alice") && !ci.may_act_for("bob"));
+        assert_eq!(creds.authenticate("t2").unwrap().role, Role::Approver);
+        assert!(creds.authenticate("t3").is_none());
+    }
+
+    #[test]
+    fn wildcard_and_role_rules_are_enforced() {
+        assert!(Credentials::new(&[config("h", Role::Harness, "t", &[])]).is_err());
+        assert!(Credentials::new(&[config("h", Role::Harness, "t", &["*", "bob"])]).is_err());
+        assert!(Credentials::new(&[config("a", Role::Admin, "t", &["bob"])]).is_err());
+        assert!(
+            Credentials::new(&[config("a", Role::Admin, "t", &[]), config("a", Role::Approver, "u", &[])]).is_err()
+        );
+        let all = Credentials::new(&[config("h", Role::Harness, "t", &["*"])]).unwrap();
+        assert!(all.authenticate("t").unwrap().may_act_for("anyone"));
+    }
+
+    #[test]
+    fn generated_tokens_differ() {
+        let a = generate_token().unwrap();
+        assert!(a.starts_with("wdn_") && a.len() == 68);
+        assert_ne!(a, generate_token().unwrap());
+    }
+}

@@ -1,0 +1,274 @@
+//! wardend's configuration: an optional TOML file, overridden by flags, and
+//! the credentials kept in the data folder (created on first start).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{CredentialConfig, Role, generate_token, hash_token};
+use crate::duration::parse_duration;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+/// Default policy folder.
+pub const DEFAULT_POLICIES: &str = "./policies";
+/// Default data folder.
+pub const DEFAULT_DATA: &str = "./.warden";
+/// The credentials file in the data folder.
+pub const CREDENTIALS_FILE: &str = "credentials.toml";
+/// The sled store's folder in the data folder.
+pub const STORE_DIR: &str = "store";
+
+/// A configuration problem, said so that a person can fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A TOML file does not parse or has unknown keys.
+    #[error("{path}: {message}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A value is wrong.
+    #[error("{key}: {message}")]
+    Value {
+        /// The setting.
+        key: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// No random numbers for tokens.
+    #[error("cannot create a token: {0}")]
+    Random(String),
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// The TOML configuration file; every key optional.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to listen on, e.g. `127.0.0.1:50051`.
+    pub listen: Option<String>,
+    /// Policy folder.
+    pub policies: Option<PathBuf>,
+    /// Data folder (store, tokens, credentials).
+    pub data: Option<PathBuf>,
+    /// `text` or `json`.
+    pub log_format: Option<LogFormat>,
+    /// How long an approval waits when no policy says (`@timeout`), e.g. `10m`.
+    pub default_approval_timeout: Option<String>,
+    /// Credentials, in addition to those in the data folder.
+    #[serde(default)]
+    pub credentials: Vec<CredentialConfig>,
+}
+
+impl FileConfig {
+    /// Reads a configuration file.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_owned(), source })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Toml { path: path.to_owned(), message: e.to_string() })
+    }
+}
+
+/// Settings after merging file and flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Policy folder.
+    pub policies: PathBuf,
+    /// Data folder.
+    pub data: PathBuf,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// How long an approval waits when no policy says.
+    pub default_approval_timeout: Duration,
+    /// Credentials from the configuration file.
+    pub credentials: Vec<CredentialConfig>,
+}
+
+/// Values given on the command line; `None` leaves the file's or the default.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--policies`.
+    pub policies: Option<PathBuf>,
+    /// `--data`.
+    pub data: Option<PathBuf>,
+    /// `--log-format`.
+    pub log_format: Option<LogFormat>,
+}
+
+impl Settings {
+    /// Flags over file over defaults.
+    pub fn merge(file: FileConfig, flags: Overrides) -> Result<Self, ConfigError> {
+        let listen_text = flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let listen = listen_text.parse().map_err(|e| ConfigError::Value {
+            key: "listen",
+            message: format!("`{listen_text}` is not an address and port: {e}"),
+        })?;
+        let default_approval_timeout = match file.default_approval_timeout {
+            Some(text) => {
+                let d = parse_duration(&text)
+                    .map_err(|e| ConfigError::Value { key: "default_approval_timeout", message: e.to_string() })?;
+                if d.is_zero() {
+                    return Err(ConfigError::Value {
+                        key: "default_approval_timeout",
+                        message: "must be longer than zero".into(),
+                    });
+                }
+                d
+            }
+            None => Duration::from_secs(600),
+        };
+        Ok(Self {
+            listen,
+            policies: flags.policies.or(file.policies).unwrap_or_else(|| PathBuf::from(DEFAULT_POLICIES)),
+            data: flags.data.or(file.data).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA)),
+            log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
+            default_approval_timeout,
+            credentials: file.credentials,
+        })
+    }
+}
+
+/// The credentials file in the data folder.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialsFile {
+    #[serde(default)]
+    credentials: Vec<CredentialConfig>,
+}
+
+/// What [`load_or_create_credentials`] found or made.
+#[derive(Debug, Clone)]
+pub struct CredentialSetup {
+    /// Every credential: the configuration's and the data folder's.
+    pub credentials: Vec<CredentialConfig>,
+    /// Token files written on this start, by role (empty when none were).
+    pub created_tokens: Vec<(Role, PathBuf)>,
+}
+
+/// Creates the data folder (mode 0700) and returns the credentials: those of
+/// the configuration plus `<data>/credentials.toml`. When there are none at
+/// all, creates one token per role, writes each to `<data>/<role>.token`
+/// (mode 0600) and their hashes to `<data>/credentials.toml`, the harness
+/// acting for every user (`users = ["*"]`).
+pub fn load_or_create_credentials(
+    data: &Path,
+    configured: &[CredentialConfig],
+) -> Result<CredentialSetup, ConfigError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data)
+        .map_err(|source| ConfigError::Io { path: data.to_owned(), source })?;
+    let path = data.join(CREDENTIALS_FILE);
+    let mut credentials = configured.to_vec();
+    if path.exists() {
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path: path.clone(), source })?;
+        let file: CredentialsFile =
+            toml::from_str(&text).map_err(|e| ConfigError::Toml { path: path.clone(), message: e.to_string() })?;
+        credentials.extend(file.credentials);
+        return Ok(CredentialSetup { credentials, created_tokens: vec![] });
+    }
+    if !credentials.is_empty() {
+        return Ok(CredentialSetup { credentials, created_tokens: vec![] });
+    }
+    let mut created = Vec::new();
+    let mut file = CredentialsFile::default();
+    for role in Role::ALL {
+        let token = generate_token().map_err(|e| ConfigError::Random(e.to_string()))?;
+        let token_path = data.join(format!("{role}.token"));
+        write_private(&token_path, format!("{token}\n").as_bytes())?;
+        file.credentials.push(CredentialConfig {
+            name: role.as_str().to_owned(),
+            role,
+            token_sha256: hex::encode(hash_token(&token)),
+            users: if role == Role::Harness { vec!["*".to_owned()] } else { vec![] },
+        });
+        created.push((role, token_path));
+    }
+    let body = toml::to_string(&file).map_err(|e| ConfigError::Toml { path: path.clone(), message: e.to_string() })?;
+    let text = format!(
+        "# Credentials of this monitor: token hashes only. Created on first start.\n\
+         # Narrow the harness's `users` to the users it may act for.\n\n{body}"
+    );
+    write_private(&path, text.as_bytes())?;
+    credentials.extend(file.credentials);
+    Ok(CredentialSetup { credentials, created_tokens: created })
+}
+
+/// Writes a file readable by its owner only, atomically (temp file, fsync, rename).
+fn write_private(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
+    let io = |source| ConfigError::Io { path: path.to_owned(), source };
+    let tmp = path.with_extension("tmp");
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?;
+    file.write_all(contents).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+    use crate::auth::Credentials;
+
+    #[test]
+    fn first_start_creates_private_tokens_then_reuses_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let first = load_or_create_credentials(&data, &[]).unwrap();
+        assert_eq!(first.created_tokens.len(), 3);
+        for (_, path) in &first.created_tokens {
+            let mode = std::fs::metadata(path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+        }
+        let token = std::fs::read_to_string(data.join("harness.token")).unwrap();
+        let creds = Credentials::new(&first.credentials).unwrap();
+        let harness = creds.authenticate(token.trim()).unwrap();
+        assert!(harness.may_act_for("anyone"));
+
+        let again = load_or_create_credentials(&data, &[]).unwrap();
+        assert!(again.created_tokens.is_empty());
+        assert_eq!(again.credentials, first.credentials);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file: FileConfig = toml::from_str("listen = \"127.0.0.1:1\"\ndefault_approval_timeout = \"15m\"").unwrap();
+        let settings =
+            Settings::merge(file, Overrides { listen: Some("127.0.0.1:2".into()), ..Overrides::default() }).unwrap();
+        assert_eq!(settings.listen.port(), 2);
+        assert_eq!(settings.default_approval_timeout, Duration::from_secs(900));
+        assert!(toml::from_str::<FileConfig>("lisen = \"x\"").is_err());
+    }
+}

@@ -1,0 +1,479 @@
+//! The decision, pure: a normalized request, a policy snapshot and the clock
+//! in; ALLOW, DENY or PENDING with the determining policies and reasons out.
+//!
+//! DESIGN.md "The decision": evaluate with `context.approved = false`;
+//! allowed is ALLOW; otherwise evaluate again with `approved = true`: allowed
+//! now is PENDING (a person may approve), still denied is DENY. Any Cedar
+//! evaluation error denies and names the policy. No tonic, sled or tokio here,
+//! and no clock read: `now` is passed in.
+
+use std::collections::{BTreeSet, HashMap};
+use std::str::FromStr;
+use std::time::Duration;
+
+use cedar_policy::{
+    Authorizer, Context, Decision as CedarDecision, Effect, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    PolicyId, Request, Response, RestrictedExpression,
+};
+use time::OffsetDateTime;
+
+use crate::normalize::{InvalidInput, NormalizedRequest, Resource};
+use crate::policy::PolicySnapshot;
+
+/// The three answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Outcome {
+    /// The action may go ahead.
+    Allow,
+    /// The action must not happen.
+    Deny,
+    /// The action waits for a person's approval.
+    Pending,
+}
+
+impl Outcome {
+    /// `ALLOW`, `DENY` or `PENDING`, as in the proto.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "ALLOW",
+            Outcome::Deny => "DENY",
+            Outcome::Pending => "PENDING",
+        }
+    }
+}
+
+/// How a pending action may be approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalTerms {
+    /// Groups named by `@approvers` on the policies in the way; empty: any approver.
+    pub approvers: Vec<String>,
+    /// How long the approval may wait: the shortest `@timeout` of the
+    /// policies in the way, else the configured default.
+    pub timeout: Duration,
+}
+
+/// The result of evaluating one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    /// ALLOW, DENY or PENDING.
+    pub outcome: Outcome,
+    /// `@id`s of the determining policies.
+    pub policy_ids: Vec<String>,
+    /// Their `@reason`s and the monitor's own reasons.
+    pub reasons: Vec<String>,
+    /// Set exactly when the outcome is PENDING.
+    pub approval: Option<ApprovalTerms>,
+}
+
+impl Evaluation {
+    fn deny(policy_ids: Vec<String>, reasons: Vec<String>) -> Self {
+        Self { outcome: Outcome::Deny, policy_ids, reasons, approval: None }
+    }
+}
+
+/// What the monitor knows about the session and caller, beyond the request.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFacts {
+    /// Labels the session holds.
+    pub labels: BTreeSet<String>,
+    /// The name of the authenticated harness credential.
+    pub harness: String,
+}
+
+/// Settings of the decision that are not in the policies.
+#[derive(Debug, Clone)]
+pub struct DecisionConfig {
+    /// How long an approval waits when no policy in the way has `@timeout`.
+    pub default_approval_timeout: Duration,
+}
+
+impl Default for DecisionConfig {
+    fn default() -> Self {
+        Self { default_approval_timeout: Duration::from_secs(600) }
+    }
+}
+
+/// Context fields the monitor sets; a harness may not send them.
+const RESERVED_CONTEXT: [&str; 3] = ["now", "approved", "justification"];
+
+/// Decides one request. `Err` is bad input (an action the schema does not
+/// know, a resource the action does not apply to, context that does not fit
+/// the schema); every other problem is a DENY with its reason.
+pub fn decide(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+    now: OffsetDateTime,
+    config: &DecisionConfig,
+) -> Result<Evaluation, InvalidInput> {
+    let Some(action) = snapshot.actions.get(&request.action) else {
+        return Err(InvalidInput::new("action", format!("`{}` is not an action of the policy schema", request.action)));
+    };
+    let resource_type = request.resource.entity_type();
+    if !action.resource_types.iter().any(|t| t == resource_type) {
+        return Err(InvalidInput::new(
+            "resource",
+            format!(
+                "action `{}` does not apply to a {} resource (it applies to {})",
+                request.action,
+                request.resource.kind(),
+                if action.resource_types.is_empty() { "nothing".to_owned() } else { action.resource_types.join(", ") }
+            ),
+        ));
+    }
+    for key in request.context.keys() {
+        if RESERVED_CONTEXT.contains(&key.as_str()) {
+            return Err(InvalidInput::new("context_json", format!("`{key}` is set by the monitor")));
+        }
+    }
+
+    let types = &snapshot.types;
+    let user = uid(&types.user, &request.actor.user);
+    if snapshot.entities.get(&user).is_none() {
+        return Ok(Evaluation::deny(
+            vec![],
+            vec![format!("unknown user `{}`: not in the policy entities", request.actor.user)],
+        ));
+    }
+    let entities = match request_entities(snapshot, request, facts) {
+        Ok(entities) => entities,
+        Err(reason) => return Ok(Evaluation::deny(vec![], vec![reason])),
+    };
+
+    let principal = uid(&types.session, &request.actor.session);
+    let resource = uid(types.of(&request.resource).0, &request.resource.entity_id());
+    let now_text = cedar_datetime(now);
+    let build = |approved: bool| -> Result<Request, RequestError> {
+        let new_request = |context, blame: fn(String) -> RequestError| {
+            Request::new(principal.clone(), action.uid.clone(), resource.clone(), context, Some(&snapshot.schema))
+                .map_err(|e| blame(e.to_string()))
+        };
+        let base = base_context(request, &now_text, approved)?;
+        if request.context.is_empty() {
+            return new_request(base, RequestError::Schema);
+        }
+        // The monitor's own fields must fit before the harness's are blamed.
+        new_request(base, RequestError::Schema)?;
+        let full = full_context(snapshot, request, &action.uid, &now_text, approved)?;
+        new_request(full, RequestError::Context)
+    };
+    let authorizer = Authorizer::new();
+    let evaluate = |approved: bool| -> Result<Response, RequestError> {
+        let request = build(approved)?;
+        Ok(authorizer.is_authorized(&request, &snapshot.policies, &entities))
+    };
+
+    let first = match evaluate(false) {
+        Ok(response) => response,
+        Err(e) => return e.into_result(),
+    };
+    if let Some(denial) = errors_deny(snapshot, &first) {
+        return Ok(denial);
+    }
+    let first_ids: Vec<PolicyId> = first.diagnostics().reason().cloned().collect();
+    if first.decision() == CedarDecision::Allow {
+        let (policy_ids, reasons) = describe(snapshot, &first_ids);
+        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None });
+    }
+
+    let second = match evaluate(true) {
+        Ok(response) => response,
+        Err(e) => return e.into_result(),
+    };
+    if let Some(denial) = errors_deny(snapshot, &second) {
+        return Ok(denial);
+    }
+    if second.decision() == CedarDecision::Allow {
+        // The forbids that stood in the way when not approved.
+        let in_the_way: Vec<PolicyId> =
+            first_ids.into_iter().filter(|id| snapshot.meta(id).is_some_and(|m| m.effect == Effect::Forbid)).collect();
+        let (policy_ids, mut reasons) = describe(snapshot, &in_the_way);
+        if reasons.is_empty() {
+            reasons.push("this action needs a person's approval".to_owned());
+        }
+        let approval = approval_terms(snapshot, &in_the_way, config);
+        return Ok(Evaluation { outcome: Outcome::Pending, policy_ids, reasons, approval: Some(approval) });
+    }
+
+    // Denied even with approval: a plain forbid, or nothing permits it.
+    let hard: Vec<PolicyId> = second.diagnostics().reason().cloned().collect();
+    if !hard.is_empty() {
+        let (policy_ids, reasons) = describe(snapshot, &hard);
+        return Ok(Evaluation::deny(policy_ids, reasons));
+    }
+    let (policy_ids, mut reasons) = describe(snapshot, &first_ids);
+    reasons.push(format!("no policy permits `{}` on {}", request.action, request.resource.display_uid()));
+    Ok(Evaluation::deny(policy_ids, reasons))
+}
+
+/// Why a Cedar request could not be built.
+enum RequestError {
+    /// The harness's `context_json` does not fit the schema.
+    Context(String),
+    /// The monitor's own request does not fit the schema: the schema does not
+    /// follow Warden's domain model. Fail closed.
+    Schema(String),
+}
+
+impl RequestError {
+    fn into_result(self) -> Result<Evaluation, InvalidInput> {
+        match self {
+            RequestError::Context(message) => Err(InvalidInput::new("context_json", message)),
+            RequestError::Schema(message) => Ok(Evaluation::deny(
+                vec![],
+                vec![format!("the request does not conform to the policy schema: {message}")],
+            )),
+        }
+    }
+}
+
+/// Any policy that errored denies the request (Cedar would skip it).
+fn errors_deny(snapshot: &PolicySnapshot, response: &Response) -> Option<Evaluation> {
+    let mut policy_ids = Vec::new();
+    let mut reasons = Vec::new();
+    for error in response.diagnostics().errors() {
+        let cedar_policy::AuthorizationError::PolicyEvaluationError(error) = error;
+        let id = snapshot.meta(error.policy_id()).map_or_else(|| error.policy_id().to_string(), |m| m.id.clone());
+        reasons.push(format!("policy `{id}` could not be evaluated, so the request is denied: {}", error.inner()));
+        policy_ids.push(id);
+    }
+    (!policy_ids.is_empty()).then(|| Evaluation::deny(policy_ids, reasons))
+}
+
+/// The `@id`s and `@reason`s of `ids`, sorted by id for stable output.
+fn describe(snapshot: &PolicySnapshot, ids: &[PolicyId]) -> (Vec<String>, Vec<String>) {
+    let mut metas: Vec<_> = ids.iter().filter_map(|id| snapshot.meta(id)).collect();
+    metas.sort_by(|a, b| a.id.cmp(&b.id));
+    let policy_ids = metas.iter().map(|m| m.id.clone()).collect();
+    let reasons = metas.iter().filter_map(|m| m.reason.clone()).collect();
+    (policy_ids, reasons)
+}
+
+fn approval_terms(snapshot: &PolicySnapshot, in_the_way: &[PolicyId], config: &DecisionConfig) -> ApprovalTerms {
+    let metas: Vec<_> = in_the_way.iter().filter_map(|id| snapshot.meta(id)).collect();
+    let approvers: BTreeSet<String> = metas.iter().filter_map(|m| m.approvers.clone()).collect();
+    let timeout = metas.iter().filter_map(|m| m.timeout).min().unwrap_or(config.default_approval_timeout);
+    ApprovalTerms { approvers: approvers.into_iter().collect(), timeout }
+}
+
+/// Cedar's datetime form, in UTC with milliseconds: `2026-05-10T12:00:00.000Z`.
+pub fn cedar_datetime(now: OffsetDateTime) -> String {
+    let now = now.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second(),
+        now.millisecond()
+    )
+}
+
+/// The context every request carries, built without JSON.
+fn base_context(request: &NormalizedRequest, now: &str, approved: bool) -> Result<Context, RequestError> {
+    Context::from_pairs([
+        ("now".to_owned(), RestrictedExpression::new_datetime(now)),
+        ("approved".to_owned(), RestrictedExpression::new_bool(approved)),
+        ("justification".to_owned(), RestrictedExpression::new_string(request.justification.clone())),
+    ])
+    .map_err(|e| RequestError::Schema(e.to_string()))
+}
+
+/// The base context plus the harness's fields, read by Cedar's JSON reader,
+/// which types them by the schema.
+fn full_context(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    action: &EntityUid,
+    now: &str,
+    approved: bool,
+) -> Result<Context, RequestError> {
+    let mut object = request.context.clone();
+    object.insert("now".into(), serde_json::json!({ "__extn": { "fn": "datetime", "arg": now } }));
+    object.insert("approved".into(), serde_json::Value::Bool(approved));
+    object.insert("justification".into(), serde_json::Value::String(request.justification.clone()));
+    Context::from_json_value(serde_json::Value::Object(object), Some((&snapshot.schema, action)))
+        .map_err(|e| RequestError::Context(e.to_string()))
+}
+
+/// The entity types of Warden's domain model, parsed once per snapshot.
+#[derive(Debug, Clone)]
+pub(crate) struct DomainTypes {
+    session: EntityTypeName,
+    user: EntityTypeName,
+    agent: EntityTypeName,
+    file: EntityTypeName,
+    dir: EntityTypeName,
+    command: EntityTypeName,
+    program: EntityTypeName,
+    url: EntityTypeName,
+    domain: EntityTypeName,
+    secret: EntityTypeName,
+    tool: EntityTypeName,
+    mcp_server: EntityTypeName,
+}
+
+impl DomainTypes {
+    pub(crate) fn new() -> Result<Self, String> {
+        let parse = |name: &str| EntityTypeName::from_str(name).map_err(|e| format!("entity type `{name}`: {e}"));
+        Ok(Self {
+            session: parse("Session")?,
+            user: parse("User")?,
+            agent: parse("Agent")?,
+            file: parse("File")?,
+            dir: parse("Dir")?,
+            command: parse("Command")?,
+            program: parse("Program")?,
+            url: parse("Url")?,
+            domain: parse("Domain")?,
+            secret: parse("Secret")?,
+            tool: parse("Tool")?,
+            mcp_server: parse("McpServer")?,
+        })
+    }
+
+    /// The resource's own type, and the type of its ancestors.
+    fn of(&self, resource: &Resource) -> (&EntityTypeName, &EntityTypeName) {
+        match resource {
+            Resource::File { .. } => (&self.file, &self.dir),
+            Resource::Command { .. } => (&self.command, &self.program),
+            Resource::Url { .. } => (&self.url, &self.domain),
+            Resource::Secret { .. } => (&self.secret, &self.secret),
+            Resource::Tool { .. } => (&self.tool, &self.mcp_server),
+        }
+    }
+}
+
+fn uid(type_name: &EntityTypeName, id: &str) -> EntityUid {
+    EntityUid::from_type_name_and_id(type_name.clone(), EntityId::new(id))
+}
+
+/// The entities Cedar needs for one request: the session with its user,
+/// groups and agent, the resource with its ancestors, and the action.
+/// Parents are given as full ancestor sets, so Cedar's closure is trivial.
+fn request_entities(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+) -> Result<Entities, String> {
+    let mut out: HashMap<EntityUid, Entity> = HashMap::new();
+    let file = &snapshot.entities;
+
+    // An entity from entities.json with its ancestors, or a bare one whose
+    // parents are `bare_parents`. Returns the entity and its ancestors.
+    let add_known =
+        |uid: EntityUid, bare_parents: &[EntityUid], out: &mut HashMap<EntityUid, Entity>| -> BTreeSet<EntityUid> {
+            let mut ancestors: BTreeSet<EntityUid> = BTreeSet::new();
+            if let Some(found) = file.ancestors(&uid) {
+                ancestors.extend(found.cloned());
+            }
+            for ancestor in &ancestors {
+                if !out.contains_key(ancestor) {
+                    let entity = file.get(ancestor).cloned().unwrap_or_else(|| Entity::with_uid(ancestor.clone()));
+                    out.insert(ancestor.clone(), entity);
+                }
+            }
+            if !out.contains_key(&uid) {
+                let entity = file
+                    .get(&uid)
+                    .cloned()
+                    .unwrap_or_else(|| Entity::new_no_attrs(uid.clone(), bare_parents.iter().cloned().collect()));
+                out.insert(uid.clone(), entity);
+            }
+            ancestors.insert(uid);
+            ancestors
+        };
+
+    let types = &snapshot.types;
+    let actor = &request.actor;
+    let user = uid(&types.user, &actor.user);
+    let agent = uid(&types.agent, &actor.agent);
+    let mut session_parents = add_known(user.clone(), &[], &mut out);
+    session_parents.extend(add_known(agent, &[], &mut out));
+    let session_attrs = HashMap::from([
+        ("user".to_owned(), RestrictedExpression::new_string(actor.user.clone())),
+        ("agent".to_owned(), RestrictedExpression::new_string(actor.agent.clone())),
+        (
+            "labels".to_owned(),
+            RestrictedExpression::new_set(facts.labels.iter().cloned().map(RestrictedExpression::new_string)),
+        ),
+        ("harness".to_owned(), RestrictedExpression::new_string(facts.harness.clone())),
+        ("owner".to_owned(), RestrictedExpression::new_entity_uid(user)),
+    ]);
+    let session =
+        Entity::new(uid(&types.session, &actor.session), session_attrs, session_parents.into_iter().collect())
+            .map_err(|e| format!("cannot build the session entity: {e}"))?;
+    out.insert(session.uid(), session);
+
+    let (resource_type, ancestor_type) = types.of(&request.resource);
+    let (ancestor_ids, attrs) = resource_shape(&request.resource);
+    // The chain nearest first: each ancestor's parents are the ones after it.
+    let chain: Vec<EntityUid> = ancestor_ids.iter().map(|id| uid(ancestor_type, id)).collect();
+    let mut parents = BTreeSet::new();
+    for (at, ancestor) in chain.iter().enumerate() {
+        let above = chain.get(at + 1..).unwrap_or_default();
+        parents.extend(add_known(ancestor.clone(), above, &mut out));
+    }
+    let resource_uid = uid(resource_type, &request.resource.entity_id());
+    // Attributes come from the request; parents declared in entities.json for
+    // the same uid are kept too.
+    if let Some(found) = file.ancestors(&resource_uid) {
+        for ancestor in found.cloned().collect::<Vec<_>>() {
+            parents.extend(add_known(ancestor, &[], &mut out));
+        }
+    }
+    let resource = Entity::new(resource_uid.clone(), attrs, parents.into_iter().collect())
+        .map_err(|e| format!("cannot build the resource entity: {e}"))?;
+    out.insert(resource_uid, resource);
+
+    if let Some(action) = snapshot.actions.get(&request.action).and_then(|a| a.entity.clone()) {
+        out.insert(action.uid(), action);
+    }
+
+    Entities::from_entities(out.into_values(), None).map_err(|e| format!("cannot build the request's entities: {e}"))
+}
+
+/// The ancestor ids (nearest first) and the attributes of a resource.
+fn resource_shape(resource: &Resource) -> (Vec<&str>, HashMap<String, RestrictedExpression>) {
+    let s = |v: &str| RestrictedExpression::new_string(v.to_owned());
+    match resource {
+        Resource::File { path, name, extension, dirs } => (
+            dirs.iter().map(String::as_str).collect(),
+            HashMap::from([
+                ("path".to_owned(), s(path)),
+                ("name".to_owned(), s(name)),
+                ("extension".to_owned(), s(extension)),
+            ]),
+        ),
+        Resource::Command { program, argv, args, cwd } => (
+            vec![program.as_str()],
+            HashMap::from([
+                ("program".to_owned(), s(program)),
+                ("argv".to_owned(), s(argv)),
+                ("args".to_owned(), RestrictedExpression::new_set(args.iter().map(|a| s(a)))),
+                ("cwd".to_owned(), s(cwd)),
+            ]),
+        ),
+        Resource::Url { scheme, host, port, path, method, domains, .. } => (
+            domains.iter().map(String::as_str).collect(),
+            HashMap::from([
+                ("scheme".to_owned(), s(scheme)),
+                ("host".to_owned(), s(host)),
+                ("port".to_owned(), RestrictedExpression::new_long(i64::from(*port))),
+                ("path".to_owned(), s(path)),
+                ("method".to_owned(), s(method)),
+            ]),
+        ),
+        Resource::Secret { name } => (vec![], HashMap::from([("name".to_owned(), s(name))])),
+        Resource::Tool { server, name, arguments } => (
+            vec![server.as_str()],
+            HashMap::from([
+                ("server".to_owned(), s(server)),
+                ("name".to_owned(), s(name)),
+                ("arguments".to_owned(), s(arguments)),
+            ]),
+        ),
+    }
+}

@@ -1,0 +1,312 @@
+//! The only module that knows proto types: authentication of each call,
+//! conversion of messages into domain types and back, and the one mapping of
+//! errors to gRPC status codes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_stream::Stream;
+use tonic::service::Interceptor;
+use tonic::{Request, Response, Status};
+use warden_proto::v1 as pb;
+
+use crate::auth::{Caller, Credentials, Role};
+use crate::decision::Outcome;
+use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
+use crate::service::{CallError, Monitor};
+use crate::store::{AuditRecord, DecisionRecord, StoreError};
+
+/// Checks the bearer token of every call to one service: unknown or missing
+/// is `UNAUTHENTICATED`, another role's token is `PERMISSION_DENIED`. Runs
+/// before the request's content is looked at.
+#[derive(Clone)]
+pub struct Authenticator {
+    credentials: Arc<Credentials>,
+    role: Role,
+}
+
+impl Authenticator {
+    /// Admits only tokens of `role`.
+    pub fn new(credentials: Arc<Credentials>, role: Role) -> Self {
+        Self { credentials, role }
+    }
+}
+
+impl Interceptor for Authenticator {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer <token>` metadata"))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
+            .map(str::trim)
+            .ok_or_else(|| Status::unauthenticated("the `authorization` metadata must be `Bearer <token>`"))?;
+        let caller = self.credentials.authenticate(token).ok_or_else(|| Status::unauthenticated("unknown token"))?;
+        if caller.role != self.role {
+            return Err(Status::permission_denied(format!(
+                "a `{}` token cannot use this service: it needs a `{}` token",
+                caller.role, self.role
+            )));
+        }
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
+    // The interceptor always inserts it; without it, refuse rather than guess.
+    request.extensions().get::<Arc<Caller>>().cloned().ok_or_else(|| Status::unauthenticated("not authenticated"))
+}
+
+/// The single mapping from domain errors to gRPC status.
+impl From<CallError> for Status {
+    fn from(error: CallError) -> Self {
+        match error {
+            CallError::InvalidArgument(e) => Status::invalid_argument(e.to_string()),
+            CallError::PermissionDenied(message) => Status::permission_denied(message),
+            CallError::NotFound(message) => Status::not_found(message),
+            CallError::Store(e) => {
+                tracing::error!(error = %e, "store failure; the call fails closed");
+                match e {
+                    StoreError::WriterGone => Status::unavailable("the monitor is shutting down"),
+                    _ => Status::unavailable(
+                        "the audit store is unavailable; nothing is allowed without a durable record",
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The `Authority` service for harnesses.
+pub struct AuthorityService {
+    monitor: Arc<Monitor>,
+}
+
+impl AuthorityService {
+    /// Serves `monitor`.
+    pub fn new(monitor: Arc<Monitor>) -> Self {
+        Self { monitor }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::authority_server::Authority for AuthorityService {
+    async fn authorize(&self, request: Request<pb::AuthorizeRequest>) -> Result<Response<pb::Decision>, Status> {
+        let caller = caller(&request)?;
+        let message = request.into_inner();
+        let span = tracing::info_span!("Authorize", request_id = %message.request_id, caller = %caller.name);
+        let input = request_input(message).map_err(CallError::from)?;
+        let decision = tracing::Instrument::instrument(self.monitor.authorize(&caller, input), span).await?;
+        Ok(Response::new(decision_to_proto(decision)))
+    }
+
+    async fn await_decision(
+        &self,
+        request: Request<pb::AwaitDecisionRequest>,
+    ) -> Result<Response<pb::Decision>, Status> {
+        let caller = caller(&request)?;
+        let message = request.into_inner();
+        let span = tracing::info_span!("AwaitDecision", approval_id = %message.approval_id, caller = %caller.name);
+        let timeout = Duration::from_millis(u64::from(message.timeout_ms));
+        let decision =
+            tracing::Instrument::instrument(self.monitor.await_decision(&caller, &message.approval_id, timeout), span)
+                .await?;
+        Ok(Response::new(decision_to_proto(decision)))
+    }
+}
+
+/// The `Admin` service for the security team.
+pub struct AdminService {
+    monitor: Arc<Monitor>,
+}
+
+impl AdminService {
+    /// Serves `monitor`.
+    pub fn new(monitor: Arc<Monitor>) -> Self {
+        Self { monitor }
+    }
+}
+
+/// Default number of records `TailAudit` sends.
+const DEFAULT_TAIL: u32 = 20;
+
+type AuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditRecord, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::admin_server::Admin for AdminService {
+    type TailAuditStream = AuditStream;
+
+    async fn tail_audit(&self, request: Request<pb::TailAuditRequest>) -> Result<Response<AuditStream>, Status> {
+        let message = request.into_inner();
+        let count = if message.count == 0 { DEFAULT_TAIL } else { message.count };
+        // Subscribe before reading, so that nothing falls between the two.
+        let mut live = self.monitor.store().subscribe();
+        let existing = self.monitor.audit_tail(count as usize, message.all)?;
+        let store = self.monitor.store().clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let follow = message.follow;
+        let mut shutdown = self.monitor.shutdown();
+        tokio::spawn(async move {
+            let mut next = 1;
+            for record in existing {
+                next = record.seq + 1;
+                if tx.send(Ok(audit_to_proto(record))).await.is_err() {
+                    return;
+                }
+            }
+            if !follow {
+                return;
+            }
+            loop {
+                let received = tokio::select! {
+                    received = live.recv() => received,
+                    () = shutdown.stopped() => {
+                        let _ = tx.send(Err(Status::unavailable("the monitor is shutting down"))).await;
+                        return;
+                    }
+                };
+                let record = match received {
+                    Ok(record) => record,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Fill the gap from the store.
+                        match store.audit_from(next, 10_000) {
+                            Ok(records) => {
+                                for record in records {
+                                    next = record.seq + 1;
+                                    if tx.send(Ok(audit_to_proto(record))).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                continue;
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(Status::from(CallError::from(e)))).await;
+                                return;
+                            }
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if record.seq < next {
+                    continue;
+                }
+                next = record.seq + 1;
+                if tx.send(Ok(audit_to_proto(record))).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn verify_audit(
+        &self,
+        _request: Request<pb::VerifyAuditRequest>,
+    ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
+        let monitor = Arc::clone(&self.monitor);
+        let report = tokio::task::spawn_blocking(move || monitor.verify_audit())
+            .await
+            .map_err(|_| Status::internal("verification did not finish"))?;
+        let (first_bad_seq, error) = report.first_bad.clone().unwrap_or_default();
+        Ok(Response::new(pb::VerifyAuditResponse {
+            ok: report.ok(),
+            records: report.records,
+            head_seq: report.head.seq,
+            head_hash: report.head.hash,
+            first_bad_seq,
+            error,
+        }))
+    }
+}
+
+/// Converts an `AuthorizeRequest` into the domain's input, naming missing fields.
+pub fn request_input(message: pb::AuthorizeRequest) -> Result<RequestInput, InvalidInput> {
+    let actor = message.actor.ok_or_else(|| InvalidInput::new("actor", "is required"))?;
+    use pb::authorize_request::Resource as R;
+    let resource = match message
+        .resource
+        .ok_or_else(|| InvalidInput::new("resource", "is required: one of file, command, http, secret, tool"))?
+    {
+        R::File(f) => ResourceInput::File { path: f.path, cwd: f.cwd },
+        R::Command(c) => ResourceInput::Command { argv: c.argv, cwd: c.cwd },
+        R::Http(h) => ResourceInput::Http { method: h.method, url: h.url },
+        R::Secret(s) => ResourceInput::Secret { name: s.name },
+        R::Tool(t) => ResourceInput::Tool { server: t.server, name: t.name, arguments_json: t.arguments_json },
+    };
+    Ok(RequestInput {
+        request_id: message.request_id,
+        actor: Actor { user: actor.user, agent: actor.agent, session: actor.session },
+        action: message.action,
+        resource,
+        justification: message.justification,
+        context_json: message.context_json,
+    })
+}
+
+fn outcome_to_proto(outcome: Outcome) -> pb::Outcome {
+    match outcome {
+        Outcome::Allow => pb::Outcome::Allow,
+        Outcome::Deny => pb::Outcome::Deny,
+        Outcome::Pending => pb::Outcome::Pending,
+    }
+}
+
+/// A decision as the harness sees it.
+pub fn decision_to_proto(decision: DecisionRecord) -> pb::Decision {
+    pb::Decision {
+        request_id: decision.request_id,
+        outcome: outcome_to_proto(decision.outcome) as i32,
+        policy_ids: decision.policy_ids,
+        reasons: decision.reasons,
+        approval_id: decision.approval_id,
+        expires_at: decision.expires_at_unix_ns.map(timestamp),
+        grant_ids: decision.grant_ids,
+        policy_version: decision.policy_version,
+        audit_seq: decision.audit_seq,
+        resolved_by: decision.resolved_by,
+        note: decision.note,
+    }
+}
+
+fn audit_to_proto(record: AuditRecord) -> pb::AuditRecord {
+    let outcome = match record.outcome.as_str() {
+        "ALLOW" => pb::Outcome::Allow,
+        "DENY" => pb::Outcome::Deny,
+        "PENDING" => pb::Outcome::Pending,
+        _ => pb::Outcome::Unspecified,
+    };
+    let actor = (!record.actor.user.is_empty()).then_some(pb::Actor {
+        user: record.actor.user,
+        agent: record.actor.agent,
+        session: record.actor.session,
+    });
+    pb::AuditRecord {
+        seq: record.seq,
+        time: Some(timestamp(record.time_unix_ns)),
+        kind: record.kind,
+        caller: record.caller,
+        actor,
+        action: record.action,
+        resource: record.resource,
+        outcome: outcome as i32,
+        policy_ids: record.policy_ids,
+        reasons: record.reasons,
+        policy_version: record.policy_version,
+        request_id: record.request_id,
+        approval_id: record.approval_id,
+        prev_hash: record.prev_hash,
+        hash: record.hash,
+    }
+}
+
+fn timestamp(unix_ns: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: unix_ns.div_euclid(1_000_000_000),
+        nanos: i32::try_from(unix_ns.rem_euclid(1_000_000_000)).unwrap_or(0),
+    }
+}

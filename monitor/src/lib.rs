@@ -1,0 +1,20 @@
+//! `wardend`, the Warden authority, as a library: the binary, `wardenctl` and
+//! the end-to-end tests all use it.
+//!
+//! Pure core, no I/O beyond reading the policy folder: [`normalize`],
+//! [`policy`], [`decision`]. Effects: [`store`] (sled), [`service`] (what
+//! each call does, proto-free), [`grpc`] (the only module that knows proto
+//! types), [`server`] (wiring, listeners, shutdown), [`config`] and [`auth`].
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod config;
+pub mod decision;
+pub mod duration;
+pub mod grpc;
+pub mod normalize;
+pub mod policy;
+pub mod server;
+pub mod service;
+pub mod store;

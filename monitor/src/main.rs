@@ -1,0 +1,129 @@
+//! `wardend`: flags, configuration, logging, first-start tokens, signals.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use warden_monitor::config::{FileConfig, LogFormat, Overrides, Settings, load_or_create_credentials};
+use warden_monitor::decision::DecisionConfig;
+use warden_monitor::server::{ServerConfig, start_with_signal};
+
+/// The Warden monitor: the authority that AI-agent harnesses ask before an
+/// agent acts.
+///
+/// It decides from the Cedar policies in --policies, records every decision
+/// in a hash-chained audit log in --data, and serves gRPC on --listen. On
+/// first start it creates one token per role (harness, approver, admin) in
+/// the data folder. Stop it with Ctrl-C or SIGTERM: it finishes what is in
+/// flight and flushes the store.
+#[derive(Debug, Parser)]
+#[command(name = "wardend", version)]
+struct Flags {
+    /// Address and port to serve gRPC on [default: 127.0.0.1:50051]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Policy folder: schema.cedarschema, *.cedar, entities.json [default: ./policies]
+    #[arg(long, value_name = "DIR")]
+    policies: Option<PathBuf>,
+    /// Data folder: the sled store, tokens and credentials [default: ./.warden]
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// TOML configuration file (listen, policies, data, log_format,
+    /// default_approval_timeout, [[credentials]]); flags override it
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log format: human-readable text or JSON lines [default: text]
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("wardend: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(flags: Flags) -> anyhow::Result<()> {
+    let file = match &flags.config {
+        Some(path) => FileConfig::read(path)?,
+        None => FileConfig::default(),
+    };
+    let settings = Settings::merge(
+        file,
+        Overrides { listen: flags.listen, policies: flags.policies, data: flags.data, log_format: flags.log_format },
+    )?;
+    init_logging(settings.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(serve(settings))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("WARDEN_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
+    }
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let setup = load_or_create_credentials(&settings.data, &settings.credentials)?;
+    if !setup.created_tokens.is_empty() {
+        println!("First start: created one token per role (mode 0600):");
+        for (role, path) in &setup.created_tokens {
+            println!("  {role:<9} {}", path.display());
+        }
+        println!(
+            "Their hashes are in {}. The harness token may act for every user (users = [\"*\"]): narrow it there.",
+            settings.data.join(warden_monitor::config::CREDENTIALS_FILE).display()
+        );
+        println!("Use a token with: wardenctl --token-file <file> …, or WARDEN_TOKEN=$(cat <file>).");
+    }
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    let config = ServerConfig {
+        policies: settings.policies.clone(),
+        data: settings.data.clone(),
+        credentials: setup.credentials,
+        decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },
+    };
+    let server = start_with_signal(config, listener, stop_signal()).await?;
+    println!(
+        "wardend listening on {} (policies {}, data {})",
+        server.addr(),
+        settings.policies.display(),
+        settings.data.display()
+    );
+    server.join().await?;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch SIGTERM; stop with Ctrl-C");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,179 @@
+//! Wiring: loads the policies, opens the store, serves the gRPC services on a
+//! listener, and shuts down cleanly (stop accepting, end waits and streams,
+//! drain the audit writer, flush).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use warden_proto::v1::admin_server::AdminServer;
+use warden_proto::v1::authority_server::AuthorityServer;
+
+use crate::auth::{CredentialConfig, CredentialError, Credentials, Role};
+use crate::config::STORE_DIR;
+use crate::decision::DecisionConfig;
+use crate::grpc::{AdminService, Authenticator, AuthorityService};
+use crate::policy::{LoadError, PolicySnapshot};
+use crate::service::{Monitor, Shutdown};
+use crate::store::{Store, StoreError};
+
+/// Why the monitor could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The policy folder does not load.
+    #[error("the policies in {dir} do not load:\n{error}")]
+    Policies {
+        /// The folder.
+        dir: PathBuf,
+        /// Every problem, with file and line.
+        error: LoadError,
+    },
+    /// The credentials are wrong.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// The store does not open.
+    #[error("cannot open the store in {dir}: {error}")]
+    Store {
+        /// The store's folder.
+        dir: PathBuf,
+        /// Why.
+        error: StoreError,
+    },
+    /// Flushing at shutdown failed.
+    #[error("closing the store: {0}")]
+    Close(StoreError),
+    /// Reflection could not be set up.
+    #[error("server reflection: {0}")]
+    Reflection(String),
+    /// The transport failed.
+    #[error("serving: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// What the server needs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Policy folder.
+    pub policies: PathBuf,
+    /// Data folder; the store lives in `<data>/store`.
+    pub data: PathBuf,
+    /// Accepted credentials.
+    pub credentials: Vec<CredentialConfig>,
+    /// Decision settings.
+    pub decision: DecisionConfig,
+}
+
+/// A monitor serving on a listener.
+pub struct RunningServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServerError>>,
+}
+
+impl RunningServer {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops it and waits until the store is closed.
+    pub async fn stop(mut self) -> Result<(), ServerError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.join().await
+    }
+
+    /// Waits until it stops by itself (an error) or is stopped.
+    pub async fn join(self) -> Result<(), ServerError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(ServerError::Reflection(format!("server task failed: {e}"))),
+        }
+    }
+}
+
+/// Loads, opens and starts serving on `listener`. Errors in the policies,
+/// credentials or store are returned before anything is served.
+pub async fn start(config: ServerConfig, listener: TcpListener) -> Result<RunningServer, ServerError> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = start_with_signal(config, listener, async move {
+        let _ = stopped.await;
+    })
+    .await?;
+    Ok(RunningServer { stop: Some(stop), ..running })
+}
+
+/// Like [`start`], stopping when `signal` resolves.
+pub async fn start_with_signal(
+    config: ServerConfig,
+    listener: TcpListener,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunningServer, ServerError> {
+    let snapshot = PolicySnapshot::load(&config.policies)
+        .map_err(|error| ServerError::Policies { dir: config.policies.clone(), error })?;
+    for warning in &snapshot.warnings {
+        tracing::warn!(%warning, "policy warning");
+    }
+    let credentials = Arc::new(Credentials::new(&config.credentials)?);
+    let store_dir = config.data.join(STORE_DIR);
+    let (store, closer) =
+        Store::open(&store_dir).map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
+    tracing::info!(
+        policies = snapshot.len(),
+        policy_version = %snapshot.version,
+        files = snapshot.files.len(),
+        "policies loaded"
+    );
+    let (shutdown_switch, shutdown) = Shutdown::new();
+    let monitor = Arc::new(Monitor::new(snapshot, store, config.decision.clone(), shutdown));
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<AuthorityServer<AuthorityService>>().await;
+    health_reporter.set_serving::<AdminServer<AdminService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(warden_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServerError::Reflection(e.to_string()))?;
+
+    let authority = AuthorityServer::with_interceptor(
+        AuthorityService::new(Arc::clone(&monitor)),
+        Authenticator::new(Arc::clone(&credentials), Role::Harness),
+    );
+    let admin = AdminServer::with_interceptor(
+        AdminService::new(Arc::clone(&monitor)),
+        Authenticator::new(Arc::clone(&credentials), Role::Admin),
+    );
+    drop(monitor);
+
+    let addr = listener.local_addr().map_err(|e| ServerError::Reflection(format!("listener address: {e}")))?;
+    let router = tonic::transport::Server::builder()
+        .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(authority)
+        .add_service(admin);
+    let task = tokio::spawn(async move {
+        let served = router
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                signal.await;
+                tracing::info!("shutting down");
+                // End waits and followed streams so that no client holds us up.
+                let _ = shutdown_switch.send(true);
+            })
+            .await;
+        // Every service (and with it every Store handle) is dropped by now
+        // or about to be; wait for the writer to drain, then flush.
+        let closed = closer.close().await.map_err(ServerError::Close);
+        served?;
+        closed?;
+        tracing::info!("stopped; the store is flushed");
+        Ok(())
+    });
+    Ok(RunningServer { addr, stop: None, task })
+}

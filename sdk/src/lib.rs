@@ -1,0 +1,446 @@
+//! Fail-closed Rust client for harnesses that ask Warden before an agent acts.
+//!
+//! ```no_run
+//! use warden_sdk::{ActionRequest, Actor, Client};
+//!
+//! # async fn run() -> Result<(), warden_sdk::Error> {
+//! // WARDEN_ENDPOINT (default http://127.0.0.1:50051) and WARDEN_TOKEN or WARDEN_TOKEN_FILE.
+//! let client = Client::from_env().await?;
+//! let actor = Actor::new("alice", "claude-code", "session-1");
+//!
+//! // `check` is Ok only when the action is allowed: a denial, an approval
+//! // that never came, a timeout or an unreachable monitor are all errors.
+//! let allowed = client.check(&actor, ActionRequest::read_file("/home/alice/project/src/main.rs")).await?;
+//! println!("allowed by {:?} (audit #{})", allowed.policy_ids, allowed.audit_seq);
+//!
+//! // `authorize` returns the decision as it is, PENDING included.
+//! let decision = client.authorize(&actor, ActionRequest::exec(["git", "push", "origin", "main"])).await?;
+//! println!("{:?}: {:?}", decision.outcome, decision.reasons);
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use std::time::{Duration, SystemTime};
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use warden_proto::v1 as pb;
+use warden_proto::v1::authority_client::AuthorityClient;
+
+/// The generated proto types, for what this crate does not wrap.
+pub use warden_proto::v1 as proto;
+
+/// Default endpoint when `WARDEN_ENDPOINT` is not set.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
+
+/// Everything that can go wrong. Only `Ok` from [`Client::check`] means
+/// allowed; every error means the agent must not act.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The client is not configured (endpoint, token).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The monitor cannot be reached.
+    #[error("cannot reach the monitor: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The monitor answered with an error status (bad input, bad token, unavailable).
+    #[error("the monitor refused the call ({:?}): {}", .0.code(), .0.message())]
+    Status(#[from] tonic::Status),
+    /// The action is denied.
+    #[error("denied: {}", .0.reasons.join("; "))]
+    Denied(Box<Decision>),
+    /// The action waited for a person and no approval came in time.
+    #[error("not approved in time (approval {})", .0.approval_id)]
+    NotApproved(Box<Decision>),
+    /// The monitor's answer does not make sense.
+    #[error("unexpected answer from the monitor: {0}")]
+    Protocol(String),
+}
+
+/// ALLOW, DENY or PENDING.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The action may go ahead.
+    Allow,
+    /// The action must not happen.
+    Deny,
+    /// The action waits for a person's approval.
+    Pending,
+}
+
+/// The monitor's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The request's idempotency key.
+    pub request_id: String,
+    /// ALLOW, DENY or PENDING.
+    pub outcome: Outcome,
+    /// The determining policies' ids.
+    pub policy_ids: Vec<String>,
+    /// Their reasons, and the monitor's.
+    pub reasons: Vec<String>,
+    /// The approval to wait for, when PENDING.
+    pub approval_id: String,
+    /// When the approval expires.
+    pub expires_at: Option<SystemTime>,
+    /// Grants that contributed.
+    pub grant_ids: Vec<String>,
+    /// The policy version that decided.
+    pub policy_version: String,
+    /// The decision's audit record.
+    pub audit_seq: u64,
+    /// Who resolved the approval.
+    pub resolved_by: String,
+    /// The approver's note.
+    pub note: String,
+}
+
+impl TryFrom<pb::Decision> for Decision {
+    type Error = Error;
+
+    fn try_from(d: pb::Decision) -> Result<Self, Error> {
+        let outcome = match pb::Outcome::try_from(d.outcome) {
+            Ok(pb::Outcome::Allow) => Outcome::Allow,
+            Ok(pb::Outcome::Deny) => Outcome::Deny,
+            Ok(pb::Outcome::Pending) => Outcome::Pending,
+            _ => return Err(Error::Protocol(format!("outcome {} is not ALLOW, DENY or PENDING", d.outcome))),
+        };
+        let expires_at = d.expires_at.and_then(|t| {
+            let secs = u64::try_from(t.seconds).ok()?;
+            let nanos = u32::try_from(t.nanos).ok()?;
+            SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+        });
+        Ok(Self {
+            request_id: d.request_id,
+            outcome,
+            policy_ids: d.policy_ids,
+            reasons: d.reasons,
+            approval_id: d.approval_id,
+            expires_at,
+            grant_ids: d.grant_ids,
+            policy_version: d.policy_version,
+            audit_seq: d.audit_seq,
+            resolved_by: d.resolved_by,
+            note: d.note,
+        })
+    }
+}
+
+/// Who is acting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The human user.
+    pub user: String,
+    /// The kind of agent, e.g. `claude-code`.
+    pub agent: String,
+    /// The agent's session.
+    pub session: String,
+}
+
+impl Actor {
+    /// An actor.
+    pub fn new(user: impl Into<String>, agent: impl Into<String>, session: impl Into<String>) -> Self {
+        Self { user: user.into(), agent: agent.into(), session: session.into() }
+    }
+}
+
+/// One action to ask about. Each carries a fresh request id, so asking again
+/// with the same value (after a lost answer) never records it twice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionRequest {
+    action: String,
+    resource: pb::authorize_request::Resource,
+    justification: String,
+    context_json: String,
+    request_id: String,
+}
+
+impl ActionRequest {
+    /// Any action on any resource kind, e.g. an action of a custom schema.
+    pub fn new(action: impl Into<String>, resource: pb::authorize_request::Resource) -> Self {
+        Self {
+            action: action.into(),
+            resource,
+            justification: String::new(),
+            context_json: String::new(),
+            request_id: format!("sdk-{}", uuid::Uuid::new_v4()),
+        }
+    }
+
+    fn file(action: &str, path: impl Into<String>) -> Self {
+        Self::new(
+            action,
+            pb::authorize_request::Resource::File(pb::FileResource { path: path.into(), cwd: String::new() }),
+        )
+    }
+
+    /// `fs.read` of a file.
+    pub fn read_file(path: impl Into<String>) -> Self {
+        Self::file("fs.read", path)
+    }
+
+    /// `fs.write` of a file.
+    pub fn write_file(path: impl Into<String>) -> Self {
+        Self::file("fs.write", path)
+    }
+
+    /// `fs.delete` of a file.
+    pub fn delete_file(path: impl Into<String>) -> Self {
+        Self::file("fs.delete", path)
+    }
+
+    /// `exec` of a command line; argv[0] names the program.
+    pub fn exec<S: Into<String>>(argv: impl IntoIterator<Item = S>) -> Self {
+        Self::new(
+            "exec",
+            pb::authorize_request::Resource::Command(pb::CommandResource {
+                argv: argv.into_iter().map(Into::into).collect(),
+                cwd: String::new(),
+            }),
+        )
+    }
+
+    /// `http.request` with a method and URL.
+    pub fn http(method: impl Into<String>, url: impl Into<String>) -> Self {
+        Self::new(
+            "http.request",
+            pb::authorize_request::Resource::Http(pb::HttpResource { method: method.into(), url: url.into() }),
+        )
+    }
+
+    /// `secret.use` of a named secret.
+    pub fn use_secret(name: impl Into<String>) -> Self {
+        Self::new("secret.use", pb::authorize_request::Resource::Secret(pb::SecretResource { name: name.into() }))
+    }
+
+    /// `tool.call` of an MCP tool with JSON arguments (may be empty).
+    pub fn call_tool(server: impl Into<String>, name: impl Into<String>, arguments_json: impl Into<String>) -> Self {
+        Self::new(
+            "tool.call",
+            pb::authorize_request::Resource::Tool(pb::ToolResource {
+                server: server.into(),
+                name: name.into(),
+                arguments_json: arguments_json.into(),
+            }),
+        )
+    }
+
+    /// The working directory, for relative file paths and commands.
+    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
+        match &mut self.resource {
+            pb::authorize_request::Resource::File(f) => f.cwd = cwd.into(),
+            pb::authorize_request::Resource::Command(c) => c.cwd = cwd.into(),
+            _ => {}
+        }
+        self
+    }
+
+    /// Why the agent wants to act; shown to approvers.
+    pub fn justification(mut self, text: impl Into<String>) -> Self {
+        self.justification = text.into();
+        self
+    }
+
+    /// Extra context fields declared in the policy schema, as a JSON object.
+    pub fn context_json(mut self, json: impl Into<String>) -> Self {
+        self.context_json = json.into();
+        self
+    }
+
+    /// Replaces the generated request id (the idempotency key).
+    pub fn request_id(mut self, id: impl Into<String>) -> Self {
+        self.request_id = id.into();
+        self
+    }
+
+    fn to_proto(&self, actor: &Actor) -> pb::AuthorizeRequest {
+        pb::AuthorizeRequest {
+            request_id: self.request_id.clone(),
+            actor: Some(pb::Actor {
+                user: actor.user.clone(),
+                agent: actor.agent.clone(),
+                session: actor.session.clone(),
+            }),
+            action: self.action.clone(),
+            resource: Some(self.resource.clone()),
+            justification: self.justification.clone(),
+            context_json: self.context_json.clone(),
+        }
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct BearerToken(MetadataValue<Ascii>);
+
+impl BearerToken {
+    /// The header value for `token`.
+    pub fn new(token: &str) -> Result<Self, Error> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(Error::Config("the token is empty".into()));
+        }
+        format!("Bearer {token}")
+            .parse()
+            .map(Self)
+            .map_err(|_| Error::Config("the token has characters that cannot be sent".into()))
+    }
+}
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+/// How long [`Client::authorize`] keeps trying when the monitor is briefly
+/// unreachable, by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A harness's connection to the monitor.
+#[derive(Clone)]
+pub struct Client {
+    authority: AuthorityClient<InterceptedService<Channel, BearerToken>>,
+    timeout: Duration,
+}
+
+impl Client {
+    /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`) with a harness token.
+    pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
+        let endpoint = endpoint.into();
+        let channel = Endpoint::from_shared(endpoint.clone())
+            .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await?;
+        Ok(Self::with_channel(channel, BearerToken::new(token)?))
+    }
+
+    /// Uses an existing channel.
+    pub fn with_channel(channel: Channel, token: BearerToken) -> Self {
+        Self { authority: AuthorityClient::with_interceptor(channel, token), timeout: DEFAULT_TIMEOUT }
+    }
+
+    /// Connects with `WARDEN_ENDPOINT` (default [`DEFAULT_ENDPOINT`]) and
+    /// `WARDEN_TOKEN`, or `WARDEN_TOKEN_FILE` naming a file that holds it.
+    pub async fn from_env() -> Result<Self, Error> {
+        let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned());
+        let token = match (std::env::var("WARDEN_TOKEN"), std::env::var("WARDEN_TOKEN_FILE")) {
+            (Ok(token), _) => token,
+            (Err(_), Ok(path)) => {
+                std::fs::read_to_string(&path).map_err(|e| Error::Config(format!("WARDEN_TOKEN_FILE `{path}`: {e}")))?
+            }
+            _ => return Err(Error::Config("set WARDEN_TOKEN or WARDEN_TOKEN_FILE".into())),
+        };
+        Self::connect(endpoint, &token).await
+    }
+
+    /// How long `authorize` keeps retrying an unreachable monitor.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Asks for a decision and returns it as it is, PENDING included.
+    /// Retries while the monitor is unavailable, up to the client's timeout;
+    /// the request id makes the retries safe.
+    pub async fn authorize(&self, actor: &Actor, request: ActionRequest) -> Result<Decision, Error> {
+        let message = request.to_proto(actor);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        retrying(deadline, || {
+            let mut authority = self.authority.clone();
+            let message = message.clone();
+            async move {
+                let mut call = tonic::Request::new(message);
+                call.set_timeout(self.timeout);
+                authority.authorize(call).await
+            }
+        })
+        .await
+        .and_then(|response| Decision::try_from(response.into_inner()))
+    }
+
+    /// Waits up to `timeout` for an approval; returns the decision, still
+    /// PENDING if nobody answered.
+    pub async fn await_decision(&self, approval_id: &str, timeout: Duration) -> Result<Decision, Error> {
+        let mut authority = self.authority.clone();
+        let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+        let mut call =
+            tonic::Request::new(pb::AwaitDecisionRequest { approval_id: approval_id.to_owned(), timeout_ms });
+        call.set_timeout(timeout + Duration::from_secs(10));
+        let response = authority.await_decision(call).await?;
+        Decision::try_from(response.into_inner())
+    }
+
+    /// Fail-closed: `Ok` only when the action is allowed, after waiting
+    /// through PENDING until the approval's deadline. A denial, an expired
+    /// or unanswered approval, bad input, a bad token, a timeout or an
+    /// unreachable monitor are all `Err`.
+    pub async fn check(&self, actor: &Actor, request: ActionRequest) -> Result<Decision, Error> {
+        let mut decision = self.authorize(actor, request).await?;
+        loop {
+            match decision.outcome {
+                Outcome::Allow => return Ok(decision),
+                Outcome::Deny => return Err(Error::Denied(Box::new(decision))),
+                Outcome::Pending => {}
+            }
+            if decision.approval_id.is_empty() {
+                return Err(Error::Protocol("PENDING without an approval id".into()));
+            }
+            let remaining =
+                decision.expires_at.and_then(|at| at.duration_since(SystemTime::now()).ok()).unwrap_or_default();
+            if remaining.is_zero() {
+                return Err(Error::NotApproved(Box::new(decision)));
+            }
+            let wait = remaining.min(Duration::from_secs(30));
+            let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(5);
+            let approval_id = decision.approval_id.clone();
+            let next = retrying(deadline, || {
+                let mut authority = self.authority.clone();
+                let approval_id = approval_id.clone();
+                async move {
+                    let timeout_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+                    let mut call = tonic::Request::new(pb::AwaitDecisionRequest { approval_id, timeout_ms });
+                    call.set_timeout(wait + Duration::from_secs(10));
+                    authority.await_decision(call).await
+                }
+            })
+            .await;
+            match next {
+                Ok(response) => decision = Decision::try_from(response.into_inner())?,
+                // The monitor may be restarting; keep waiting until the deadline.
+                Err(Error::Status(status)) if is_transient(&status) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn is_transient(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled)
+}
+
+/// Runs `call` until it succeeds, fails for good, or `deadline` passes.
+async fn retrying<T, F, Fut>(deadline: tokio::time::Instant, mut call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match call().await {
+            Ok(value) => return Ok(value),
+            Err(status) if is_transient(&status) && tokio::time::Instant::now() + backoff < deadline => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(status) => return Err(Error::Status(status)),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The audit log: every decision recorded before it is answered, a hash
+//! chain that verifies, detects tampering and survives restarts.
+
+use tokio_stream::StreamExt;
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Outcome};
+
+use crate::support::TestMonitor;
+
+fn alice() -> Actor {
+    Actor::new("alice", "claude-code", "s1")
+}
+
+async fn decide_three(monitor: &TestMonitor) {
+    let client = monitor.harness().await;
+    for request in [
+        ActionRequest::read_file("/home/alice/project/a.rs"),
+        ActionRequest::read_file("/home/alice/.ssh/id_rsa"),
+        ActionRequest::exec(["rm", "-rf", "/home/alice/project/target"]),
+    ] {
+        client.authorize(&alice(), request).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn records_hold_what_was_decided_and_link_into_a_chain() {
+    let monitor = TestMonitor::start().await;
+    decide_three(&monitor).await;
+    let records = monitor.audit().await;
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    let outcomes: Vec<i32> = records.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [pb::Outcome::Allow as i32, pb::Outcome::Deny as i32, pb::Outcome::Pending as i32]);
+    let denied = &records[1];
+    assert_eq!(denied.caller, "test-harness");
+    assert_eq!(denied.actor.as_ref().map(|a| a.user.as_str()), Some("alice"));
+    assert_eq!(denied.action, "fs.read");
+    assert_eq!(denied.resource, r#"File::"/home/alice/.ssh/id_rsa""#);
+    assert_eq!(denied.policy_ids, ["files.no-credentials"]);
+    assert!(!denied.reasons.is_empty());
+    assert_eq!(records[0].prev_hash, "0".repeat(64));
+    assert_eq!(records[1].prev_hash, records[0].hash);
+    assert_eq!(records[2].prev_hash, records[1].hash);
+    assert!(!records[2].approval_id.is_empty());
+
+    let report = monitor.verify().await;
+    assert!(report.ok, "{report:?}");
+    assert_eq!((report.records, report.head_seq), (3, 3));
+    assert_eq!(report.head_hash, records[2].hash);
+
+    // The newest N.
+    let mut admin = monitor.admin().await;
+    let newest: Vec<_> = admin
+        .tail_audit(pb::TailAuditRequest { count: 2, all: false, follow: false })
+        .await
+        .unwrap()
+        .into_inner()
+        .collect::<Result<Vec<_>, _>>()
+        .await
+        .unwrap();
+    assert_eq!(newest.iter().map(|r| r.seq).collect::<Vec<_>>(), [2, 3]);
+}
+
+#[tokio::test]
+async fn a_followed_tail_sees_new_records() {
+    let monitor = TestMonitor::start().await;
+    decide_three(&monitor).await;
+    let mut admin = monitor.admin().await;
+    let mut stream =
+        admin.tail_audit(pb::TailAuditRequest { count: 1, all: false, follow: true }).await.unwrap().into_inner();
+    assert_eq!(stream.next().await.unwrap().unwrap().seq, 3);
+    monitor.harness().await.authorize(&alice(), ActionRequest::read_file("/home/alice/project/b.rs")).await.unwrap();
+    let next = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(next.seq, 4);
+    assert_eq!(next.resource, r#"File::"/home/alice/project/b.rs""#);
+}
+
+#[tokio::test]
+async fn records_and_chain_survive_a_restart_and_the_sequence_continues() {
+    let mut monitor = TestMonitor::start().await;
+    decide_three(&monitor).await;
+    let before = monitor.audit().await;
+    let client = monitor.harness().await;
+    let keyed = ActionRequest::read_file("/home/alice/project/keyed.rs").request_id("keyed-1");
+    let first = client.authorize(&alice(), keyed.clone()).await.unwrap();
+    assert_eq!(first.audit_seq, 4);
+
+    monitor.restart().await;
+
+    let after = monitor.audit().await;
+    assert_eq!(&after[..3], &before[..]);
+    let client = monitor.harness().await;
+    // The idempotency key is remembered across the restart.
+    assert_eq!(client.authorize(&alice(), keyed).await.unwrap(), first);
+    let next = client.authorize(&alice(), ActionRequest::read_file("/home/alice/project/c.rs")).await.unwrap();
+    assert_eq!(next.outcome, Outcome::Allow);
+    assert_eq!(next.audit_seq, 5);
+    let report = monitor.verify().await;
+    assert!(report.ok && report.records == 5, "{report:?}");
+}
+
+/// Rewrites one stored record while the monitor is stopped.
+fn tamper(monitor: &TestMonitor, seq: u64, edit: impl Fn(&mut serde_json::Value)) {
+    let db = sled::open(monitor.store_dir()).unwrap();
+    let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
+    let key = seq.to_be_bytes();
+    let mut record: serde_json::Value = serde_json::from_slice(&tree.get(key).unwrap().unwrap()).unwrap();
+    edit(&mut record);
+    tree.insert(key, serde_json::to_vec(&record).unwrap()).unwrap();
+    db.flush().unwrap();
+}
+
+#[tokio::test]
+async fn a_rewritten_record_is_detected_and_named() {
+    let mut monitor = TestMonitor::start().await;
+    decide_three(&monitor).await;
+    monitor.stop_server().await;
+    // Someone with access to the disk turns the DENY into an ALLOW.
+    tamper(&monitor, 2, |record| record["outcome"] = "ALLOW".into());
+    monitor.restart().await;
+    let report = monitor.verify().await;
+    assert!(!report.ok);
+    assert_eq!(report.first_bad_seq, 2);
+    assert!(report.error.contains("altered"), "{}", report.error);
+    assert_eq!(report.head_seq, 1, "the last good record");
+}
+
+#[tokio::test]
+async fn a_flipped_byte_in_a_hash_or_a_removed_record_is_detected() {
+    let mut monitor = TestMonitor::start().await;
+    decide_three(&monitor).await;
+    monitor.stop_server().await;
+    tamper(&monitor, 1, |record| {
+        let hash = record["hash"].as_str().unwrap().to_owned();
+        let flipped = match hash.strip_prefix('0') {
+            Some(rest) => format!("1{rest}"),
+            None => format!("0{}", &hash[1..]),
+        };
+        record["hash"] = flipped.into();
+    });
+    monitor.restart().await;
+    let report = monitor.verify().await;
+    assert!(!report.ok);
+    assert_eq!(report.first_bad_seq, 1);
+
+    monitor.stop_server().await;
+    {
+        let db = sled::open(monitor.store_dir()).unwrap();
+        let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
+        tree.remove(1u64.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    monitor.restart().await;
+    let report = monitor.verify().await;
+    assert!(!report.ok);
+    assert_eq!(report.first_bad_seq, 1, "{report:?}");
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests: a real monitor on 127.0.0.1:0, real gRPC clients, a
+//! real sled store in a temporary folder.
+
+// A test binary: a failed unwrap is a failed test, which is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod audit;
+mod authentication;
+mod decisions;
+mod invalid_input;
+mod policies;
+mod services;
+mod support;

@@ -1,0 +1,195 @@
+//! `TestMonitor`: a monitor on 127.0.0.1:0 with a temporary data folder,
+//! known tokens for each role, and clients for each.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::decision::DecisionConfig;
+use warden_monitor::server::{RunningServer, ServerConfig, start};
+use warden_proto::v1 as pb;
+use warden_sdk::{BearerToken, Client};
+
+pub const HARNESS: &str = "wdn_test_harness_all_users";
+pub const ALICE_ONLY: &str = "wdn_test_harness_alice_only";
+pub const APPROVER: &str = "wdn_test_approver";
+pub const ADMIN: &str = "wdn_test_admin";
+
+pub type Admin = pb::admin_client::AdminClient<InterceptedService<Channel, BearerToken>>;
+pub type Authority = pb::authority_client::AuthorityClient<InterceptedService<Channel, BearerToken>>;
+
+/// The bundled policy folder.
+pub fn bundled_policies() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
+}
+
+fn credential(name: &str, role: Role, token: &str, users: &[&str]) -> CredentialConfig {
+    CredentialConfig {
+        name: name.to_owned(),
+        role,
+        token_sha256: hex(hash_token(token)),
+        users: users.iter().map(|u| (*u).to_owned()).collect(),
+    }
+}
+
+fn hex(bytes: [u8; 32]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub struct TestMonitor {
+    server: Option<RunningServer>,
+    pub endpoint: String,
+    pub data: tempfile::TempDir,
+    pub policies: PathBuf,
+}
+
+impl TestMonitor {
+    /// A monitor with the bundled policies.
+    pub async fn start() -> Self {
+        Self::start_with(bundled_policies()).await
+    }
+
+    /// A monitor with the policies in `policies`.
+    pub async fn start_with(policies: PathBuf) -> Self {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut monitor = Self { server: None, endpoint: String::new(), data, policies };
+        monitor.launch().await;
+        monitor
+    }
+
+    fn config(&self) -> ServerConfig {
+        ServerConfig {
+            policies: self.policies.clone(),
+            data: self.data.path().to_owned(),
+            credentials: vec![
+                credential("test-harness", Role::Harness, HARNESS, &["*"]),
+                credential("alice-harness", Role::Harness, ALICE_ONLY, &["alice"]),
+                credential("oncall", Role::Approver, APPROVER, &[]),
+                credential("security", Role::Admin, ADMIN, &[]),
+            ],
+            decision: DecisionConfig::default(),
+        }
+    }
+
+    async fn launch(&mut self) {
+        // Bind first, then serve: no sleeps, no port races.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server = start(self.config(), listener).await.expect("monitor starts");
+        self.endpoint = format!("http://{}", server.addr());
+        self.server = Some(server);
+    }
+
+    /// Stops the monitor (flushing the store) and starts it again on the
+    /// same data folder, on a new port.
+    pub async fn restart(&mut self) {
+        self.stop_server().await;
+        self.launch().await;
+    }
+
+    /// Stops the monitor; the data folder stays until `self` is dropped.
+    pub async fn stop_server(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop().await.expect("monitor stops cleanly");
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.endpoint.clone()).expect("endpoint").connect().await.expect("connect")
+    }
+
+    /// The SDK client with the all-users harness token.
+    pub async fn harness(&self) -> Client {
+        self.sdk(HARNESS).await
+    }
+
+    pub async fn sdk(&self, token: &str) -> Client {
+        Client::with_channel(self.channel().await, BearerToken::new(token).expect("token"))
+            .with_timeout(Duration::from_secs(5))
+    }
+
+    /// A raw Authority client with any token.
+    pub async fn authority(&self, token: &str) -> Authority {
+        pb::authority_client::AuthorityClient::with_interceptor(
+            self.channel().await,
+            BearerToken::new(token).expect("token"),
+        )
+    }
+
+    pub async fn admin(&self) -> Admin {
+        self.admin_with(ADMIN).await
+    }
+
+    pub async fn admin_with(&self, token: &str) -> Admin {
+        pb::admin_client::AdminClient::with_interceptor(self.channel().await, BearerToken::new(token).expect("token"))
+    }
+
+    pub fn store_dir(&self) -> PathBuf {
+        self.data.path().join(warden_monitor::config::STORE_DIR)
+    }
+
+    /// Every audit record, oldest first.
+    pub async fn audit(&self) -> Vec<pb::AuditRecord> {
+        use tokio_stream::StreamExt;
+        let mut admin = self.admin().await;
+        let stream = admin
+            .tail_audit(pb::TailAuditRequest { count: 0, all: true, follow: false })
+            .await
+            .expect("tail")
+            .into_inner();
+        stream.collect::<Result<Vec<_>, _>>().await.expect("records")
+    }
+
+    pub async fn verify(&self) -> pb::VerifyAuditResponse {
+        self.admin().await.verify_audit(pb::VerifyAuditRequest {}).await.expect("verify").into_inner()
+    }
+}
+
+/// A policy folder written for one test.
+pub struct PolicyDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl PolicyDir {
+    pub fn new(schema: &str, policies: &[(&str, &str)], entities: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("schema.cedarschema"), schema).expect("write schema");
+        for (name, text) in policies {
+            std::fs::write(dir.path().join(name), text).expect("write policy");
+        }
+        std::fs::write(dir.path().join("entities.json"), entities).expect("write entities");
+        Self { dir }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+}
+
+/// A request for alice's claude-code session `s1`.
+pub fn request(action: &str, resource: pb::authorize_request::Resource) -> pb::AuthorizeRequest {
+    pb::AuthorizeRequest {
+        request_id: String::new(),
+        actor: Some(pb::Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() }),
+        action: action.into(),
+        resource: Some(resource),
+        justification: String::new(),
+        context_json: String::new(),
+    }
+}
+
+pub fn file(path: &str) -> pb::authorize_request::Resource {
+    pb::authorize_request::Resource::File(pb::FileResource { path: path.into(), cwd: String::new() })
+}
+
+pub fn command(argv: &[&str]) -> pb::authorize_request::Resource {
+    pb::authorize_request::Resource::Command(pb::CommandResource {
+        argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        cwd: String::new(),
+    })
+}
+
+pub fn http(method: &str, url: &str) -> pb::authorize_request::Resource {
+    pb::authorize_request::Resource::Http(pb::HttpResource { method: method.into(), url: url.into() })
+}
