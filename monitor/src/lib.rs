@@ -15,6 +15,7 @@ pub mod duration;
 pub mod grpc;
 pub mod normalize;
 pub mod policy;
+pub mod policytest;
 pub mod server;
 pub mod service;
 pub mod store;

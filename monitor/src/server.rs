@@ -21,6 +21,9 @@ use crate::policy::{LoadError, PolicySnapshot};
 use crate::service::{Monitor, Shutdown};
 use crate::store::{Store, StoreError};
 
+/// How long shutdown waits for connected clients before closing anyway.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Why the monitor could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -130,6 +133,7 @@ pub async fn start_with_signal(
         "policies loaded"
     );
     let (shutdown_switch, shutdown) = Shutdown::new();
+    let shutdown_signal = shutdown.clone();
     let monitor = Arc::new(Monitor::new(snapshot, store, config.decision.clone(), shutdown));
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -158,17 +162,25 @@ pub async fn start_with_signal(
         .add_service(reflection)
         .add_service(authority)
         .add_service(admin);
+    let mut stopping = shutdown_signal;
     let task = tokio::spawn(async move {
-        let served = router
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                signal.await;
-                tracing::info!("shutting down");
-                // End waits and followed streams so that no client holds us up.
-                let _ = shutdown_switch.send(true);
-            })
-            .await;
-        // Every service (and with it every Store handle) is dropped by now
-        // or about to be; wait for the writer to drain, then flush.
+        let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            signal.await;
+            tracing::info!("shutting down");
+            // End waits and followed streams so that no client holds us up.
+            let _ = shutdown_switch.send(true);
+        });
+        let served = tokio::select! {
+            served = serve => served,
+            () = async {
+                stopping.stopped().await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {
+                tracing::warn!("clients still connected {SHUTDOWN_GRACE:?} after shutdown began; closing anyway");
+                Ok(())
+            }
+        };
+        // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
         served?;
         closed?;

@@ -270,16 +270,18 @@ pub struct Store {
     appended: broadcast::Sender<AuditRecord>,
 }
 
-/// Handle to wait for the writer when shutting down.
+/// Stops the writer when the monitor shuts down.
 pub struct StoreCloser {
+    close: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
     db: sled::Db,
 }
 
 impl StoreCloser {
-    /// Waits for the writer to drain (every [`Store`] clone must be dropped
-    /// first), then flushes.
+    /// Writes and answers every commit already sent, stops the writer (later
+    /// commits fail with [`StoreError::WriterGone`]), and flushes.
     pub async fn close(self) -> Result<(), StoreError> {
+        let _ = self.close.send(());
         let _ = self.task.await;
         self.db.flush_async().await?;
         Ok(())
@@ -314,9 +316,9 @@ impl Store {
         let (writer, rx) = mpsc::channel(4 * MAX_BATCH);
         let (appended, _) = broadcast::channel(4096);
         let store = Self { db: db.clone(), audit, requests, approvals, writer, appended };
-        let task = tokio::spawn(store.clone().write_loop(rx, head));
-        // The loop holds a clone whose sender must not keep itself alive.
-        Ok((store, StoreCloser { task, db }))
+        let (close, closing) = oneshot::channel();
+        let task = tokio::spawn(store.clone().write_loop(rx, closing, head));
+        Ok((store, StoreCloser { close, task, db }))
     }
 
     /// Appends a decision (unless its idempotency key was used before) and
@@ -371,12 +373,26 @@ impl Store {
         verify_chain(self.audit.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))))
     }
 
-    async fn write_loop(self, mut rx: mpsc::Receiver<Job>, mut head: Head) {
-        // Only the receiver keeps the loop alive: drop our own sender so that
-        // the channel closes when every caller's Store is gone.
+    async fn write_loop(self, mut rx: mpsc::Receiver<Job>, mut closing: oneshot::Receiver<()>, mut head: Head) {
+        // Our own sender must not keep the channel open.
         let Store { db, audit, requests, approvals, writer, appended } = self;
         drop(writer);
-        while let Some(first) = rx.recv().await {
+        let mut closed = false;
+        loop {
+            let first = tokio::select! {
+                biased;
+                _ = &mut closing, if !closed => {
+                    // No new commits; those already sent are still written,
+                    // then `recv` returns None.
+                    rx.close();
+                    closed = true;
+                    continue;
+                }
+                job = rx.recv() => match job {
+                    Some(job) => job,
+                    None => break,
+                },
+            };
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {

@@ -1,0 +1,145 @@
+//! The `wardend` binary as a person runs it: first start creates tokens,
+//! SIGTERM stops it cleanly, a restart reuses the tokens and the store, and
+//! broken policies stop it from starting.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
+
+fn policies() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
+}
+
+struct Wardend {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Wardend {
+    fn start(data: &Path, policies: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wardend"))
+            .args(["--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .arg("--policies")
+            .arg(policies)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines, seen: Vec::new() }
+    }
+
+    /// Reads stdout until the listening line; returns the endpoint.
+    fn endpoint(&mut self) -> String {
+        loop {
+            let line = self.lines.recv_timeout(Duration::from_secs(60)).expect("wardend printed its address");
+            self.seen.push(line.clone());
+            if let Some(rest) = line.strip_prefix("wardend listening on ") {
+                let addr = rest.split_whitespace().next().unwrap();
+                return format!("http://{addr}");
+            }
+        }
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap()
+    }
+}
+
+async fn decide(endpoint: &str, token: &str) -> warden_sdk::Decision {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned()).unwrap().connect().await.unwrap();
+    let client = Client::with_channel(channel, BearerToken::new(token).unwrap());
+    client
+        .authorize(
+            &Actor::new("alice", "claude-code", "s1"),
+            ActionRequest::read_file("/home/alice/project/src/main.rs"),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_start_creates_tokens_and_sigterm_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut wardend = Wardend::start(&data, &policies());
+    let endpoint = wardend.endpoint();
+    assert!(wardend.seen.iter().any(|l| l.starts_with("First start")), "{:?}", wardend.seen);
+    for role in ["harness", "approver", "admin"] {
+        let path = data.join(format!("{role}.token"));
+        assert!(wardend.seen.iter().any(|l| l.contains(&path.display().to_string())), "{role} token path not printed");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let credentials = std::fs::read_to_string(data.join("credentials.toml")).unwrap();
+    let token = std::fs::read_to_string(data.join("harness.token")).unwrap();
+    assert!(!credentials.contains(token.trim()), "only hashes are stored");
+    assert!(credentials.contains(r#"users = ["*"]"#), "{credentials}");
+
+    let first = decide(&endpoint, token.trim()).await;
+    assert_eq!((first.outcome, first.audit_seq), (Outcome::Allow, 1));
+    assert!(wardend.terminate().success(), "SIGTERM is a clean stop");
+
+    // The same tokens and the same store after a restart.
+    let mut wardend = Wardend::start(&data, &policies());
+    let endpoint = wardend.endpoint();
+    assert!(!wardend.seen.iter().any(|l| l.starts_with("First start")));
+    let second = decide(&endpoint, token.trim()).await;
+    assert_eq!(second.audit_seq, 2);
+    assert!(wardend.terminate().success());
+}
+
+#[test]
+fn broken_policies_stop_the_start_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("policies");
+    std::fs::create_dir(&broken).unwrap();
+    for entry in std::fs::read_dir(policies()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, broken.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        broken.join("zz.cedar"),
+        "@id(\"typo\")\npermit(principal, action, resource) when { resource.pth == \"x\" };\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wardend"))
+        .args(["--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("data"))
+        .arg("--policies")
+        .arg(&broken)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("zz.cedar:2:"), "{stderr}");
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let output = Command::new(env!("CARGO_BIN_EXE_wardend")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in ["--listen", "--policies", "--data", "--config", "--log-format"] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+}
