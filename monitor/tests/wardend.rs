@@ -136,6 +136,28 @@ fn broken_policies_stop_the_start_with_file_and_line() {
 }
 
 #[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wardend"))
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json", "--data"])
+        .arg(dir.path().join("data"))
+        .arg("--policies")
+        .arg(policies())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let first = BufReader::new(stderr).lines().next().unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line: serde_json::Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert_eq!(line["level"], "INFO");
+    assert_eq!(line["message"], "policies loaded");
+    assert!(line["policy_version"].as_str().unwrap().starts_with("sha256:"));
+}
+
+#[test]
 fn help_documents_every_flag() {
     let output = Command::new(env!("CARGO_BIN_EXE_wardend")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&output.stdout);

@@ -1,0 +1,126 @@
+//! `wardenctl` as a person runs it, against a real monitor on loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::server::{RunningServer, ServerConfig, start};
+
+const HARNESS: &str = "wdn_cli_test_harness";
+const ADMIN: &str = "wdn_cli_test_admin";
+
+fn policies() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
+}
+
+fn credential(name: &str, role: Role, token: &str, users: &[&str]) -> CredentialConfig {
+    CredentialConfig {
+        name: name.into(),
+        role,
+        token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
+        users: users.iter().map(|u| (*u).to_owned()).collect(),
+    }
+}
+
+async fn monitor(data: &Path) -> RunningServer {
+    let config = ServerConfig {
+        policies: policies(),
+        data: data.to_owned(),
+        credentials: vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
+        decision: Default::default(),
+    };
+    start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
+}
+
+/// Runs wardenctl off the async runtime's threads.
+async fn wardenctl(endpoint: &str, token: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
+    command.args(["--endpoint", endpoint]).env("WARDEN_TOKEN", token).env_remove("WARDEN_TOKEN_FILE").args(args);
+    tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+const ALICE: [&str; 7] = ["authorize", "--user", "alice", "--agent", "claude-code", "--session", "s1"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorize_prints_the_decision_and_exits_by_outcome() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+
+    let allow =
+        wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", "/home/alice/project/src/main.rs"]].concat()).await;
+    assert_eq!(allow.status.code(), Some(0));
+    let text = stdout(&allow);
+    assert!(text.starts_with("ALLOW"), "{text}");
+    assert!(text.contains("files.workspace-read-write") && text.contains("audit:    #1"), "{text}");
+
+    let deny = wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", "/home/alice/project/.env"]].concat()).await;
+    assert_eq!(deny.status.code(), Some(2));
+    assert!(stdout(&deny).contains("credential files"));
+
+    let pending = wardenctl(
+        &endpoint,
+        HARNESS,
+        &[&["--json"], &ALICE[..], &["exec", "--", "git", "push", "origin", "main"]].concat(),
+    )
+    .await;
+    assert_eq!(pending.status.code(), Some(3));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&pending)).unwrap();
+    assert_eq!(json["outcome"], "PENDING");
+    assert_eq!(json["policy_ids"][0], "commands.protected-branch-push");
+    assert!(json["approval_id"].as_str().unwrap().starts_with("apr-"));
+
+    let bad = wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", "relative/path"]].concat()).await;
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("InvalidArgument") && stderr.contains("resource.file.path"), "{stderr}");
+
+    // The audit log with an admin token; a harness token is refused.
+    let tail = wardenctl(&endpoint, ADMIN, &["--json", "audit", "tail", "-n", "2"]).await;
+    assert!(tail.status.success());
+    let lines: Vec<serde_json::Value> = stdout(&tail).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(lines[0]["outcome"], "DENY");
+    let verify = wardenctl(&endpoint, ADMIN, &["audit", "verify"]).await;
+    assert!(verify.status.success());
+    assert!(stdout(&verify).starts_with("ok: 3 records"), "{}", stdout(&verify));
+    let refused = wardenctl(&endpoint, HARNESS, &["audit", "verify"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("PermissionDenied"));
+
+    server.stop().await.unwrap();
+    // Offline, on the stopped monitor's store.
+    let offline = wardenctl(&endpoint, ADMIN, &["audit", "verify", "--data", data.path().to_str().unwrap()]).await;
+    assert!(offline.status.success(), "{}", String::from_utf8_lossy(&offline.stderr));
+    assert!(stdout(&offline).starts_with("ok: 3 records"));
+}
+
+#[tokio::test]
+async fn policy_check_reports_file_and_line_and_fails() {
+    let ok = wardenctl("http://127.0.0.1:1", "", &["policy", "check", policies().to_str().unwrap()]).await;
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(stdout(&ok).contains("policies ("), "{}", stdout(&ok));
+
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(policies()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        dir.path().join("zz-extra.cedar"),
+        "@id(\"files.no-credentials\")\npermit(principal, action, resource);\n",
+    )
+    .unwrap();
+    let broken = wardenctl("http://127.0.0.1:1", "", &["policy", "check", dir.path().to_str().unwrap()]).await;
+    assert_eq!(broken.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&broken.stderr);
+    assert!(stderr.contains("zz-extra.cedar:1:1: duplicate @id `files.no-credentials`"), "{stderr}");
+}
