@@ -4,7 +4,11 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = [PathBuf::from("warden/v1/authority.proto"), PathBuf::from("warden/v1/admin.proto")];
+    let protos = [
+        PathBuf::from("warden/v1/authority.proto"),
+        PathBuf::from("warden/v1/admin.proto"),
+        PathBuf::from("warden/v1/approvals.proto"),
+    ];
     for proto in &protos {
         println!("cargo:rerun-if-changed={}", proto.display());
     }

@@ -88,6 +88,7 @@ async fn main() {
                 role: Role::Harness,
                 token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
                 users: vec!["*".into()],
+                groups: vec![],
             }],
             decision: DecisionConfig::default(),
         },

@@ -55,6 +55,11 @@ pub struct CredentialConfig {
     /// must be written explicitly.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
+    /// For approvers: the approver groups (`@approvers("<group>")`) it
+    /// belongs to; `"*"` means every group and must be written explicitly.
+    /// Without groups it resolves only approvals that name no group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// Which users a harness may act for.
@@ -75,9 +80,22 @@ pub struct Caller {
     pub role: Role,
     /// For harnesses, whom it may act for.
     pub users: UserScope,
+    /// For approvers, the approver groups it belongs to.
+    pub groups: UserScope,
 }
 
 impl Caller {
+    /// Whether this caller may resolve an approval that names `approvers`
+    /// (every group named must be one of the caller's: each policy in the
+    /// way chose who may lift it). No group named: any approver.
+    pub fn may_resolve(&self, approvers: &[String]) -> bool {
+        self.role == Role::Approver
+            && approvers.iter().all(|group| match &self.groups {
+                UserScope::All => true,
+                UserScope::Only(groups) => groups.contains(group),
+            })
+    }
+
     /// Whether this caller may ask on behalf of `user`.
     pub fn may_act_for(&self, user: &str) -> bool {
         match &self.users {
@@ -120,28 +138,18 @@ impl Credentials {
                 .ok()
                 .and_then(|bytes| bytes.try_into().ok())
                 .ok_or_else(|| error("token_sha256 must be 64 hex digits"))?;
-            let users = match config.role {
-                Role::Harness => {
-                    if config.users.is_empty() {
-                        return Err(error("a harness credential needs `users`: the users it may act for, or [\"*\"]"));
-                    }
-                    if config.users.iter().any(|u| u == "*") {
-                        if config.users.len() > 1 {
-                            return Err(error("`*` must be the only entry of `users`"));
-                        }
-                        UserScope::All
-                    } else {
-                        UserScope::Only(config.users.iter().cloned().collect())
-                    }
-                }
-                Role::Approver | Role::Admin => {
-                    if !config.users.is_empty() {
-                        return Err(error("only harness credentials have `users`"));
-                    }
-                    UserScope::Only(HashSet::new())
-                }
-            };
-            let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users });
+            if config.role != Role::Harness && !config.users.is_empty() {
+                return Err(error("only harness credentials have `users`"));
+            }
+            if config.role != Role::Approver && !config.groups.is_empty() {
+                return Err(error("only approver credentials have `groups`"));
+            }
+            if config.role == Role::Harness && config.users.is_empty() {
+                return Err(error("a harness credential needs `users`: the users it may act for, or [\"*\"]"));
+            }
+            let users = scope(&config.users).map_err(|m| error(&format!("users: {m}")))?;
+            let groups = scope(&config.groups).map_err(|m| error(&format!("groups: {m}")))?;
+            let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users, groups });
             if by_hash.insert(hash, caller).is_some() {
                 return Err(error("the same token hash is used by another credential"));
             }
@@ -163,6 +171,17 @@ impl Credentials {
     pub fn is_empty(&self) -> bool {
         self.by_hash.is_empty()
     }
+}
+
+/// `["*"]` is everything; `*` with anything else is a mistake.
+fn scope(names: &[String]) -> Result<UserScope, &'static str> {
+    if names.iter().any(|n| n == "*") {
+        if names.len() > 1 {
+            return Err("`*` must be the only entry");
+        }
+        return Ok(UserScope::All);
+    }
+    Ok(UserScope::Only(names.iter().cloned().collect()))
 }
 
 /// SHA-256 of a token.
@@ -187,6 +206,7 @@ mod tests {
             role,
             token_sha256: hex::encode(hash_token(token)),
             users: users.iter().map(|u| (*u).to_owned()).collect(),
+            groups: vec![],
         }
     }
 
@@ -214,6 +234,27 @@ mod tests {
         );
         let all = Credentials::new(&[config("h", Role::Harness, "t", &["*"])]).unwrap();
         assert!(all.authenticate("t").unwrap().may_act_for("anyone"));
+        let mut harness_with_groups = config("h", Role::Harness, "t", &["*"]);
+        harness_with_groups.groups = vec!["g".into()];
+        assert!(Credentials::new(&[harness_with_groups]).is_err());
+    }
+
+    #[test]
+    fn approvers_resolve_only_for_their_groups() {
+        let mut release = config("release", Role::Approver, "r", &[]);
+        release.groups = vec!["release-managers".into()];
+        let mut everyone = config("lead", Role::Approver, "l", &[]);
+        everyone.groups = vec!["*".into()];
+        let plain = config("plain", Role::Approver, "p", &[]);
+        let creds = Credentials::new(&[release, everyone, plain]).unwrap();
+        let rm = vec!["release-managers".to_owned()];
+        let both = vec!["release-managers".to_owned(), "security".to_owned()];
+        let release = creds.authenticate("r").unwrap();
+        assert!(release.may_resolve(&[]) && release.may_resolve(&rm) && !release.may_resolve(&both));
+        let lead = creds.authenticate("l").unwrap();
+        assert!(lead.may_resolve(&both));
+        let plain = creds.authenticate("p").unwrap();
+        assert!(plain.may_resolve(&[]) && !plain.may_resolve(&rm));
     }
 
     #[test]

@@ -210,13 +210,15 @@ pub fn load_or_create_credentials(
             role,
             token_sha256: hex::encode(hash_token(&token)),
             users: if role == Role::Harness { vec!["*".to_owned()] } else { vec![] },
+            groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
         });
         created.push((role, token_path));
     }
     let body = toml::to_string(&file).map_err(|e| ConfigError::Toml { path: path.clone(), message: e.to_string() })?;
     let text = format!(
         "# Credentials of this monitor: token hashes only. Created on first start.\n\
-         # Narrow the harness's `users` to the users it may act for.\n\n{body}"
+         # Narrow the harness's `users` to the users it may act for, and the\n\
+         # approver's `groups` to the @approvers groups it may answer for.\n\n{body}"
     );
     write_private(&path, text.as_bytes())?;
     credentials.extend(file.credentials);
@@ -227,8 +229,14 @@ pub fn load_or_create_credentials(
 fn write_private(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
     let io = |source| ConfigError::Io { path: path.to_owned(), source };
     let tmp = path.with_extension("tmp");
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?;
+    // A stale temp file (or a link planted there) is removed, and the new one
+    // is created fresh, so it can only have mode 0600.
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io)?;
     file.write_all(contents).map_err(io)?;
     file.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)?;

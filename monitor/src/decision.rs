@@ -50,6 +50,8 @@ pub struct ApprovalTerms {
     /// How long the approval may wait: the shortest `@timeout` of the
     /// policies in the way, else the configured default.
     pub timeout: Duration,
+    /// The policies that would permit the action once approved.
+    pub permit_ids: Vec<String>,
 }
 
 /// The result of evaluating one request.
@@ -106,64 +108,11 @@ pub fn decide(
     now: OffsetDateTime,
     config: &DecisionConfig,
 ) -> Result<Evaluation, InvalidInput> {
-    let Some(action) = snapshot.actions.get(&request.action) else {
-        return Err(InvalidInput::new("action", format!("`{}` is not an action of the policy schema", request.action)));
+    let evaluator = match Evaluator::new(snapshot, request, facts, now)? {
+        Ok(evaluator) => evaluator,
+        Err(denial) => return Ok(denial),
     };
-    let resource_type = request.resource.entity_type();
-    if !action.resource_types.iter().any(|t| t == resource_type) {
-        return Err(InvalidInput::new(
-            "resource",
-            format!(
-                "action `{}` does not apply to a {} resource (it applies to {})",
-                request.action,
-                request.resource.kind(),
-                if action.resource_types.is_empty() { "nothing".to_owned() } else { action.resource_types.join(", ") }
-            ),
-        ));
-    }
-    for key in request.context.keys() {
-        if RESERVED_CONTEXT.contains(&key.as_str()) {
-            return Err(InvalidInput::new("context_json", format!("`{key}` is set by the monitor")));
-        }
-    }
-
-    let types = &snapshot.types;
-    let user = uid(&types.user, &request.actor.user);
-    if snapshot.entities.get(&user).is_none() {
-        return Ok(Evaluation::deny(
-            vec![],
-            vec![format!("unknown user `{}`: not in the policy entities", request.actor.user)],
-        ));
-    }
-    let entities = match request_entities(snapshot, request, facts) {
-        Ok(entities) => entities,
-        Err(reason) => return Ok(Evaluation::deny(vec![], vec![reason])),
-    };
-
-    let principal = uid(&types.session, &request.actor.session);
-    let resource = uid(types.of(&request.resource).0, &request.resource.entity_id());
-    let now_text = cedar_datetime(now);
-    let build = |approved: bool| -> Result<Request, RequestError> {
-        let new_request = |context, blame: fn(String) -> RequestError| {
-            Request::new(principal.clone(), action.uid.clone(), resource.clone(), context, Some(&snapshot.schema))
-                .map_err(|e| blame(e.to_string()))
-        };
-        let base = base_context(request, &now_text, approved)?;
-        if request.context.is_empty() {
-            return new_request(base, RequestError::Schema);
-        }
-        // The monitor's own fields must fit before the harness's are blamed.
-        new_request(base, RequestError::Schema)?;
-        let full = full_context(snapshot, request, &action.uid, &now_text, approved)?;
-        new_request(full, RequestError::Context)
-    };
-    let authorizer = Authorizer::new();
-    let evaluate = |approved: bool| -> Result<Response, RequestError> {
-        let request = build(approved)?;
-        Ok(authorizer.is_authorized(&request, &snapshot.policies, &entities))
-    };
-
-    let first = match evaluate(false) {
+    let first = match evaluator.evaluate(false) {
         Ok(response) => response,
         Err(e) => return e.into_result(),
     };
@@ -176,13 +125,14 @@ pub fn decide(
         return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None });
     }
 
-    let second = match evaluate(true) {
+    let second = match evaluator.evaluate(true) {
         Ok(response) => response,
         Err(e) => return e.into_result(),
     };
     if let Some(denial) = errors_deny(snapshot, &second) {
         return Ok(denial);
     }
+    let second_ids: Vec<PolicyId> = second.diagnostics().reason().cloned().collect();
     if second.decision() == CedarDecision::Allow {
         // The forbids that stood in the way when not approved.
         let in_the_way: Vec<PolicyId> =
@@ -191,19 +141,151 @@ pub fn decide(
         if reasons.is_empty() {
             reasons.push("this action needs a person's approval".to_owned());
         }
-        let approval = approval_terms(snapshot, &in_the_way, config);
+        let (permit_ids, _) = describe(snapshot, &second_ids);
+        let approval = approval_terms(snapshot, &in_the_way, permit_ids, config);
         return Ok(Evaluation { outcome: Outcome::Pending, policy_ids, reasons, approval: Some(approval) });
     }
 
     // Denied even with approval: a plain forbid, or nothing permits it.
-    let hard: Vec<PolicyId> = second.diagnostics().reason().cloned().collect();
-    if !hard.is_empty() {
-        let (policy_ids, reasons) = describe(snapshot, &hard);
+    if !second_ids.is_empty() {
+        let (policy_ids, reasons) = describe(snapshot, &second_ids);
         return Ok(Evaluation::deny(policy_ids, reasons));
     }
     let (policy_ids, mut reasons) = describe(snapshot, &first_ids);
-    reasons.push(format!("no policy permits `{}` on {}", request.action, request.resource.display_uid()));
+    reasons.push(no_permit(request));
     Ok(Evaluation::deny(policy_ids, reasons))
+}
+
+/// Decides a request a person has approved: one evaluation with
+/// `context.approved = true` against the policies of this moment. ALLOW with
+/// the permits, or DENY with what stands in the way now.
+pub fn decide_approved(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+    now: OffsetDateTime,
+) -> Result<Evaluation, InvalidInput> {
+    let evaluator = match Evaluator::new(snapshot, request, facts, now)? {
+        Ok(evaluator) => evaluator,
+        Err(denial) => return Ok(denial),
+    };
+    let response = match evaluator.evaluate(true) {
+        Ok(response) => response,
+        Err(e) => return e.into_result(),
+    };
+    if let Some(denial) = errors_deny(snapshot, &response) {
+        return Ok(denial);
+    }
+    let ids: Vec<PolicyId> = response.diagnostics().reason().cloned().collect();
+    let (policy_ids, mut reasons) = describe(snapshot, &ids);
+    if response.decision() == CedarDecision::Allow {
+        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None });
+    }
+    if ids.is_empty() {
+        reasons.push(no_permit(request));
+    }
+    Ok(Evaluation::deny(policy_ids, reasons))
+}
+
+fn no_permit(request: &NormalizedRequest) -> String {
+    format!("no policy permits `{}` on {}", request.action, request.resource.display_uid())
+}
+
+/// A request ready for Cedar: its entities, principal, action and resource.
+struct Evaluator<'a> {
+    snapshot: &'a PolicySnapshot,
+    request: &'a NormalizedRequest,
+    action: &'a EntityUid,
+    principal: EntityUid,
+    resource: EntityUid,
+    entities: Entities,
+    now: String,
+}
+
+impl<'a> Evaluator<'a> {
+    /// `Err` is bad input; `Ok(Err(denial))` a request that is denied before
+    /// Cedar runs (unknown user, entities that cannot be built).
+    fn new(
+        snapshot: &'a PolicySnapshot,
+        request: &'a NormalizedRequest,
+        facts: &SessionFacts,
+        now: OffsetDateTime,
+    ) -> Result<Result<Self, Evaluation>, InvalidInput> {
+        let Some(action) = snapshot.actions.get(&request.action) else {
+            return Err(InvalidInput::new(
+                "action",
+                format!("`{}` is not an action of the policy schema", request.action),
+            ));
+        };
+        let resource_type = request.resource.entity_type();
+        if !action.resource_types.iter().any(|t| t == resource_type) {
+            return Err(InvalidInput::new(
+                "resource",
+                format!(
+                    "action `{}` does not apply to a {} resource (it applies to {})",
+                    request.action,
+                    request.resource.kind(),
+                    if action.resource_types.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        action.resource_types.join(", ")
+                    }
+                ),
+            ));
+        }
+        for key in request.context.keys() {
+            if RESERVED_CONTEXT.contains(&key.as_str()) {
+                return Err(InvalidInput::new("context_json", format!("`{key}` is set by the monitor")));
+            }
+        }
+        let types = &snapshot.types;
+        let user = uid(&types.user, &request.actor.user);
+        if snapshot.entities.get(&user).is_none() {
+            return Ok(Err(Evaluation::deny(
+                vec![],
+                vec![format!("unknown user `{}`: not in the policy entities", request.actor.user)],
+            )));
+        }
+        let entities = match request_entities(snapshot, request, facts) {
+            Ok(entities) => entities,
+            Err(reason) => return Ok(Err(Evaluation::deny(vec![], vec![reason]))),
+        };
+        Ok(Ok(Self {
+            snapshot,
+            request,
+            action: &action.uid,
+            principal: uid(&types.session, &request.actor.session),
+            resource: uid(types.of(&request.resource).0, &request.resource.entity_id()),
+            entities,
+            now: cedar_datetime(now),
+        }))
+    }
+
+    fn evaluate(&self, approved: bool) -> Result<Response, RequestError> {
+        let request = self.request(approved)?;
+        Ok(Authorizer::new().is_authorized(&request, &self.snapshot.policies, &self.entities))
+    }
+
+    fn request(&self, approved: bool) -> Result<Request, RequestError> {
+        let new_request = |context, blame: fn(String) -> RequestError| {
+            Request::new(
+                self.principal.clone(),
+                self.action.clone(),
+                self.resource.clone(),
+                context,
+                Some(&self.snapshot.schema),
+            )
+            .map_err(|e| blame(e.to_string()))
+        };
+        let base = base_context(self.request, &self.now, approved)?;
+        if self.request.context.is_empty() {
+            return new_request(base, RequestError::Schema);
+        }
+        // The monitor's own fields must fit before the harness's are blamed.
+        new_request(base, RequestError::Schema)?;
+        let full = full_context(self.snapshot, self.request, self.action, &self.now, approved)?;
+        new_request(full, RequestError::Context)
+    }
 }
 
 /// Why a Cedar request could not be built.
@@ -249,11 +331,16 @@ fn describe(snapshot: &PolicySnapshot, ids: &[PolicyId]) -> (Vec<String>, Vec<St
     (policy_ids, reasons)
 }
 
-fn approval_terms(snapshot: &PolicySnapshot, in_the_way: &[PolicyId], config: &DecisionConfig) -> ApprovalTerms {
+fn approval_terms(
+    snapshot: &PolicySnapshot,
+    in_the_way: &[PolicyId],
+    permit_ids: Vec<String>,
+    config: &DecisionConfig,
+) -> ApprovalTerms {
     let metas: Vec<_> = in_the_way.iter().filter_map(|id| snapshot.meta(id)).collect();
     let approvers: BTreeSet<String> = metas.iter().filter_map(|m| m.approvers.clone()).collect();
     let timeout = metas.iter().filter_map(|m| m.timeout).min().unwrap_or(config.default_approval_timeout);
-    ApprovalTerms { approvers: approvers.into_iter().collect(), timeout }
+    ApprovalTerms { approvers: approvers.into_iter().collect(), timeout, permit_ids }
 }
 
 /// Cedar's datetime form, in UTC with milliseconds: `2026-05-10T12:00:00.000Z`.

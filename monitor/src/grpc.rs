@@ -14,8 +14,8 @@ use warden_proto::v1 as pb;
 use crate::auth::{Caller, Credentials, Role};
 use crate::decision::Outcome;
 use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
-use crate::service::{CallError, Monitor};
-use crate::store::{AuditRecord, DecisionRecord, StoreError};
+use crate::service::{CallError, Monitor, Resolution};
+use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
 
 /// Checks the bearer token of every call to one service: unknown or missing
 /// is `UNAUTHENTICATED`, another role's token is `PERMISSION_DENIED`. Runs
@@ -62,6 +62,54 @@ fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
     request.extensions().get::<Arc<Caller>>().cloned().ok_or_else(|| Status::unauthenticated("not authenticated"))
 }
 
+/// Reports the health of the Warden services.
+pub struct Health(tonic_health::server::HealthReporter);
+
+impl Health {
+    /// Marks every Warden service as no longer serving (shutdown has begun).
+    pub async fn stopping(&self) {
+        self.0.set_not_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
+        self.0.set_not_serving::<pb::approvals_server::ApprovalsServer<ApprovalsService>>().await;
+        self.0.set_not_serving::<pb::admin_server::AdminServer<AdminService>>().await;
+    }
+}
+
+/// Every service behind its role's authentication, plus health (no token)
+/// and reflection.
+pub async fn router(
+    monitor: &Arc<Monitor>,
+    credentials: &Arc<Credentials>,
+) -> Result<(tonic::transport::server::Router, Health), String> {
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    reporter.set_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
+    reporter.set_serving::<pb::approvals_server::ApprovalsServer<ApprovalsService>>().await;
+    reporter.set_serving::<pb::admin_server::AdminServer<AdminService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(warden_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| e.to_string())?;
+    let guard = |role| Authenticator::new(Arc::clone(credentials), role);
+    let authority = pb::authority_server::AuthorityServer::with_interceptor(
+        AuthorityService::new(Arc::clone(monitor)),
+        guard(Role::Harness),
+    );
+    let approvals = pb::approvals_server::ApprovalsServer::with_interceptor(
+        ApprovalsService::new(Arc::clone(monitor)),
+        guard(Role::Approver),
+    );
+    let admin =
+        pb::admin_server::AdminServer::with_interceptor(AdminService::new(Arc::clone(monitor)), guard(Role::Admin));
+    let router = tonic::transport::Server::builder()
+        .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(authority)
+        .add_service(approvals)
+        .add_service(admin);
+    Ok((router, Health(reporter)))
+}
+
 /// The single mapping from domain errors to gRPC status.
 impl From<CallError> for Status {
     fn from(error: CallError) -> Self {
@@ -69,6 +117,7 @@ impl From<CallError> for Status {
             CallError::InvalidArgument(e) => Status::invalid_argument(e.to_string()),
             CallError::PermissionDenied(message) => Status::permission_denied(message),
             CallError::NotFound(message) => Status::not_found(message),
+            CallError::FailedPrecondition(message) => Status::failed_precondition(message),
             CallError::Store(e) => {
                 tracing::error!(error = %e, "store failure; the call fails closed");
                 match e {
@@ -134,6 +183,8 @@ impl AdminService {
 
 /// Default number of records `TailAudit` sends.
 const DEFAULT_TAIL: u32 = 20;
+/// Records read from the store at a time for `TailAudit`.
+const TAIL_PAGE: usize = 1000;
 
 type AuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditRecord, Status>> + Send>>;
 
@@ -146,58 +197,46 @@ impl pb::admin_server::Admin for AdminService {
         let count = if message.count == 0 { DEFAULT_TAIL } else { message.count };
         // Subscribe before reading, so that nothing falls between the two.
         let mut live = self.monitor.store().subscribe();
-        let existing = self.monitor.audit_tail(count as usize, message.all)?;
+        let mut next = self.monitor.audit_start(u64::from(count), message.all)?;
         let store = self.monitor.store().clone();
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let follow = message.follow;
         let mut shutdown = self.monitor.shutdown();
         tokio::spawn(async move {
-            let mut next = 1;
-            for record in existing {
-                next = record.seq + 1;
-                if tx.send(Ok(audit_to_proto(record))).await.is_err() {
+            // Records are always read from the store, in pages; live events
+            // only say that there is more to read.
+            loop {
+                loop {
+                    let page = match store.audit_from(next, TAIL_PAGE) {
+                        Ok(page) => page,
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::from(CallError::from(e)))).await;
+                            return;
+                        }
+                    };
+                    if page.is_empty() {
+                        break;
+                    }
+                    for record in page {
+                        next = record.seq + 1;
+                        if tx.send(Ok(audit_to_proto(record))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                if !follow {
                     return;
                 }
-            }
-            if !follow {
-                return;
-            }
-            loop {
-                let received = tokio::select! {
-                    received = live.recv() => received,
+                tokio::select! {
+                    received = live.recv() => match received {
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
                     () = shutdown.stopped() => {
                         let _ = tx.send(Err(Status::unavailable("the monitor is shutting down"))).await;
                         return;
                     }
-                };
-                let record = match received {
-                    Ok(record) => record,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        // Fill the gap from the store.
-                        match store.audit_from(next, 10_000) {
-                            Ok(records) => {
-                                for record in records {
-                                    next = record.seq + 1;
-                                    if tx.send(Ok(audit_to_proto(record))).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                continue;
-                            }
-                            Err(e) => {
-                                let _ = tx.send(Err(Status::from(CallError::from(e)))).await;
-                                return;
-                            }
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
-                if record.seq < next {
-                    continue;
-                }
-                next = record.seq + 1;
-                if tx.send(Ok(audit_to_proto(record))).await.is_err() {
-                    return;
+                    () = tx.closed() => return,
                 }
             }
         });
@@ -221,6 +260,167 @@ impl pb::admin_server::Admin for AdminService {
             first_bad_seq,
             error,
         }))
+    }
+}
+
+/// The `Approvals` service for approvers on call.
+pub struct ApprovalsService {
+    monitor: Arc<Monitor>,
+}
+
+impl ApprovalsService {
+    /// Serves `monitor`.
+    pub fn new(monitor: Arc<Monitor>) -> Self {
+        Self { monitor }
+    }
+}
+
+/// Events a watcher may have queued before it is cut off as too slow.
+const WATCH_BUFFER: usize = 1024;
+
+type ApprovalStream = Pin<Box<dyn Stream<Item = Result<pb::ApprovalEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::approvals_server::Approvals for ApprovalsService {
+    type WatchPendingStream = ApprovalStream;
+
+    async fn list_pending(
+        &self,
+        _request: Request<pb::ListPendingRequest>,
+    ) -> Result<Response<pb::ListPendingResponse>, Status> {
+        let approvals = self.monitor.list_pending()?.into_iter().map(approval_to_proto).collect();
+        Ok(Response::new(pb::ListPendingResponse { approvals }))
+    }
+
+    async fn watch_pending(
+        &self,
+        request: Request<pb::WatchPendingRequest>,
+    ) -> Result<Response<ApprovalStream>, Status> {
+        let caller = caller(&request)?;
+        let (current, mut events) = self.monitor.watch_pending()?;
+        let mut shutdown = self.monitor.shutdown();
+        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+        tokio::spawn(async move {
+            // Never block the monitor on a watcher: the broadcast does not
+            // wait, and a watcher whose queue is full is cut off, keeping one
+            // slot for the status that says so.
+            let send = |event: Result<pb::ApprovalEvent, Status>| {
+                if tx.capacity() <= 1 {
+                    let _ = tx.try_send(Err(Status::resource_exhausted(
+                        "this watcher fell behind and was cut off; watch again to get the current pending approvals",
+                    )));
+                    return false;
+                }
+                tx.try_send(event).is_ok()
+            };
+            for approval in current {
+                let event = pb::ApprovalEvent {
+                    kind: pb::ApprovalEventKind::Current as i32,
+                    approval: Some(approval_to_proto(approval)),
+                };
+                if !send(Ok(event)) {
+                    return;
+                }
+            }
+            loop {
+                let event = tokio::select! {
+                    event = events.recv() => event,
+                    () = shutdown.stopped() => {
+                        let _ = tx.try_send(Err(Status::unavailable("the monitor is shutting down")));
+                        return;
+                    }
+                    () = tx.closed() => return,
+                };
+                let sent = match event {
+                    Ok(ApprovalEvent { approval }) => send(Ok(approval_event(approval))),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(watcher = %caller.name, missed, "approval watcher cut off: too slow");
+                        send(Err(Status::resource_exhausted(format!(
+                            "this watcher missed {missed} events and was cut off; watch again to get the current pending approvals"
+                        ))));
+                        false
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => false,
+                };
+                if !sent {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn resolve(&self, request: Request<pb::ResolveRequest>) -> Result<Response<pb::Approval>, Status> {
+        let caller = caller(&request)?;
+        let message = request.into_inner();
+        let span = tracing::info_span!("Resolve", approval_id = %message.approval_id, caller = %caller.name);
+        let resolution = Resolution {
+            approval_id: message.approval_id,
+            approve: message.approve,
+            note: message.note,
+            grant_for_seconds: message.grant_for_seconds,
+            grant_scope: message.grant_scope,
+            request_hash: message.request_hash,
+        };
+        let approval = tracing::Instrument::instrument(self.monitor.resolve(&caller, resolution), span).await?;
+        Ok(Response::new(approval_to_proto(approval)))
+    }
+}
+
+fn approval_event(approval: ApprovalRecord) -> pb::ApprovalEvent {
+    let kind = match approval.state {
+        ApprovalState::Pending => pb::ApprovalEventKind::New,
+        ApprovalState::Approved | ApprovalState::Denied => pb::ApprovalEventKind::Resolved,
+        ApprovalState::Expired => pb::ApprovalEventKind::Expired,
+    };
+    pb::ApprovalEvent { kind: kind as i32, approval: Some(approval_to_proto(approval)) }
+}
+
+/// An approval as approvers see it.
+pub fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
+    let state = match approval.state {
+        ApprovalState::Pending => pb::ApprovalState::Pending,
+        ApprovalState::Approved => pb::ApprovalState::Approved,
+        ApprovalState::Denied => pb::ApprovalState::Denied,
+        ApprovalState::Expired => pb::ApprovalState::Expired,
+    };
+    pb::Approval {
+        approval_id: approval.approval_id,
+        resource: approval.request.resource.display_uid(),
+        request: Some(input_to_proto(approval.input)),
+        reasons: approval.reasons,
+        policy_ids: approval.policy_ids,
+        state: state as i32,
+        created_at: Some(timestamp(approval.created_unix_ns)),
+        expires_at: Some(timestamp(approval.expires_unix_ns)),
+        resolved_by: approval.resolved_by,
+        note: approval.note,
+        request_hash: approval.request_hash,
+        approvers: approval.approvers,
+        harness: approval.harness,
+        permit_ids: approval.permit_ids,
+        decision: Some(decision_to_proto(approval.decision)),
+    }
+}
+
+fn input_to_proto(input: RequestInput) -> pb::AuthorizeRequest {
+    use pb::authorize_request::Resource as R;
+    let resource = match input.resource {
+        ResourceInput::File { path, cwd } => R::File(pb::FileResource { path, cwd }),
+        ResourceInput::Command { argv, cwd } => R::Command(pb::CommandResource { argv, cwd }),
+        ResourceInput::Http { method, url } => R::Http(pb::HttpResource { method, url }),
+        ResourceInput::Secret { name } => R::Secret(pb::SecretResource { name }),
+        ResourceInput::Tool { server, name, arguments_json } => {
+            R::Tool(pb::ToolResource { server, name, arguments_json })
+        }
+    };
+    pb::AuthorizeRequest {
+        request_id: input.request_id,
+        actor: Some(pb::Actor { user: input.actor.user, agent: input.actor.agent, session: input.actor.session }),
+        action: input.action,
+        resource: Some(resource),
+        justification: input.justification,
+        context_json: input.context_json,
     }
 }
 

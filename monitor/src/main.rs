@@ -39,6 +39,10 @@ struct Flags {
     /// Log format: human-readable text or JSON lines [default: text]
     #[arg(long, value_enum, value_name = "FORMAT")]
     log_format: Option<LogFormat>,
+    /// Serve plaintext gRPC on an address that is not loopback. Tokens then
+    /// cross the network in the clear: only behind a tunnel you trust
+    #[arg(long)]
+    insecure_plaintext: bool,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +65,14 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         file,
         Overrides { listen: flags.listen, policies: flags.policies, data: flags.data, log_format: flags.log_format },
     )?;
+    if !settings.listen.ip().is_loopback() && !flags.insecure_plaintext {
+        anyhow::bail!(
+            "refusing to listen on {}: it is not a loopback address, and without TLS bearer tokens would cross \
+             the network in the clear; listen on 127.0.0.1, or pass --insecure-plaintext if a trusted tunnel \
+             protects the connection",
+            settings.listen
+        );
+    }
     init_logging(settings.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(serve(settings))

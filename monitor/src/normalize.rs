@@ -116,7 +116,7 @@ pub enum Resource {
     },
     /// `Url::"<normalized url>"` in each `Domain` of its host.
     Url {
-        /// The normalized URL (no fragment, no password, default port elided).
+        /// The normalized URL (no fragment, default port elided, one spelling of the path).
         url: String,
         /// `http` or `https`.
         scheme: String,
@@ -225,6 +225,14 @@ pub fn normalize(input: &RequestInput) -> Result<NormalizedRequest, InvalidInput
     if input.justification.len() > limits::JUSTIFICATION_BYTES {
         return Err(too_long("justification", limits::JUSTIFICATION_BYTES));
     }
+    // Shown on approvers' terminals and desktops: lines and tabs, but no
+    // escape sequences.
+    if input.justification.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Err(InvalidInput::new(
+            "justification",
+            "must not contain control characters other than newline and tab",
+        ));
+    }
     let context = parse_context(&input.context_json)?;
     Ok(NormalizedRequest {
         actor,
@@ -267,10 +275,8 @@ fn normalize_command(argv: &[String], cwd: &str) -> Result<Resource, InvalidInpu
     if total > limits::ARGV_BYTES {
         return Err(too_long("resource.command.argv", limits::ARGV_BYTES));
     }
-    for arg in argv {
-        if arg.contains('\0') {
-            return Err(InvalidInput::new("resource.command.argv", "contains a NUL byte"));
-        }
+    if argv.iter().any(|arg| arg.chars().any(char::is_control)) {
+        return Err(InvalidInput::new("resource.command.argv", "must not contain control characters"));
     }
     let program = argv0.rsplit('/').next().unwrap_or_default();
     if program.is_empty() || program == "." || program == ".." {
@@ -312,8 +318,18 @@ fn normalize_http(method: &str, raw_url: &str) -> Result<Resource, InvalidInput>
     if raw_url.len() > limits::URL_BYTES {
         return Err(too_long(FIELD, limits::URL_BYTES));
     }
+    // The URL parser quietly drops tabs and newlines and reads `\` as `/`;
+    // other parsers do not, so such a URL could name another host for the
+    // harness than for the policies. Refuse it instead of guessing.
+    if raw_url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
+        return Err(InvalidInput::new(FIELD, "must not contain white space, control characters or `\\`"));
+    }
     let mut url = url::Url::parse(raw_url)
         .map_err(|e| InvalidInput::new(FIELD, format!("`{raw_url}` is not a valid URL: {e}")))?;
+    // Credentials in a URL would end up in policies' view and the audit log.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(InvalidInput::new(FIELD, "must not carry credentials (user:password@): use secret.use"));
+    }
     let scheme = url.scheme().to_owned();
     if scheme != "http" && scheme != "https" {
         return Err(InvalidInput::new(FIELD, format!("scheme `{scheme}` is not http or https")));
@@ -330,7 +346,15 @@ fn normalize_http(method: &str, raw_url: &str) -> Result<Resource, InvalidInput>
             (host, domains)
         }
         Some(url::Host::Ipv4(ip)) => (ip.to_string(), vec![ip.to_string()]),
-        Some(url::Host::Ipv6(ip)) => (format!("[{ip}]"), vec![format!("[{ip}]")]),
+        // An IPv4 address written as IPv6 is that IPv4 address.
+        Some(url::Host::Ipv6(ip)) => match ip.to_ipv4_mapped() {
+            Some(v4) => {
+                url.set_host(Some(&v4.to_string()))
+                    .map_err(|e| InvalidInput::new(FIELD, format!("host `{v4}` is not valid: {e}")))?;
+                (v4.to_string(), vec![v4.to_string()])
+            }
+            None => (format!("[{ip}]"), vec![format!("[{ip}]")]),
+        },
         None => return Err(InvalidInput::new(FIELD, "has no host")),
     };
     if url.host_str() != Some(host.as_str()) {
@@ -339,11 +363,11 @@ fn normalize_http(method: &str, raw_url: &str) -> Result<Resource, InvalidInput>
     let Some(port) = url.port_or_known_default() else {
         return Err(InvalidInput::new(FIELD, "has no port"));
     };
-    // A password in a URL is a secret: it never reaches policies or the audit log.
-    if url.password().is_some() {
-        url.set_password(None).map_err(|()| InvalidInput::new(FIELD, "cannot remove the password"))?;
-    }
     url.set_fragment(None);
+    let path = normalize_percent_encoding(url.path());
+    if path != url.path() {
+        url.set_path(&path);
+    }
     Ok(Resource::Url {
         url: url.to_string(),
         scheme,
@@ -369,9 +393,53 @@ fn normalize_tool(server: &str, name: &str, arguments_json: &str) -> Result<Reso
     } else {
         let value: serde_json::Value = serde_json::from_str(arguments_json)
             .map_err(|e| InvalidInput::new("resource.tool.arguments_json", format!("is not valid JSON: {e}")))?;
-        value.to_string()
+        canonical_json(value).to_string()
     };
     Ok(Resource::Tool { server, name, arguments })
+}
+
+/// The same JSON with every object's keys in sorted order, so that policies
+/// see one text for one value.
+fn canonical_json(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, canonical_json(v))).collect())
+        }
+        serde_json::Value::Array(items) => serde_json::Value::Array(items.into_iter().map(canonical_json).collect()),
+        other => other,
+    }
+}
+
+/// Decodes percent-escapes of unreserved characters (`%61` is `a`) and
+/// upper-cases the others, so that one path has one spelling (RFC 3986 6.2.2).
+fn normalize_percent_encoding(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        let escape = (byte == b'%')
+            .then(|| bytes.get(at + 1..at + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escape {
+            Some(decoded) if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) => {
+                out.push(char::from(decoded));
+                at += 3;
+            }
+            Some(decoded) => {
+                out.push_str(&format!("%{decoded:02X}"));
+                at += 3;
+            }
+            None => {
+                out.push(char::from(byte));
+                at += 1;
+            }
+        }
+    }
+    out
 }
 
 fn parse_context(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, InvalidInput> {
@@ -411,8 +479,8 @@ fn bounded_path(field: &str, path: &str) -> Result<(), InvalidInput> {
     if path.len() > limits::PATH_BYTES {
         return Err(too_long(field, limits::PATH_BYTES));
     }
-    if path.contains('\0') {
-        return Err(InvalidInput::new(field, "contains a NUL byte"));
+    if path.chars().any(char::is_control) {
+        return Err(InvalidInput::new(field, "must not contain control characters"));
     }
     Ok(())
 }
@@ -573,10 +641,17 @@ mod tests {
         assert_eq!(host, "xn--bcher-kva.example");
         assert_eq!(url, "https://xn--bcher-kva.example/");
 
-        let Ok(Resource::Url { url, .. }) = http("GET", "https://user:hunter2@example.com:8443/") else {
+        let Ok(Resource::Url { url, path, .. }) = http("GET", "https://example.com:8443/%61dmin/%2f%7e") else {
             panic!("did not normalize");
         };
-        assert_eq!(url, "https://user@example.com:8443/");
+        assert_eq!(url, "https://example.com:8443/admin/%2F~");
+        assert_eq!(path, "/admin/%2F~");
+
+        let Ok(Resource::Url { host, domains, .. }) = http("GET", "http://[::ffff:169.254.169.254]/latest") else {
+            panic!("did not normalize");
+        };
+        assert_eq!(host, "169.254.169.254");
+        assert_eq!(domains, ["169.254.169.254"]);
     }
 
     #[test]
@@ -587,6 +662,10 @@ mod tests {
             ("GET", "", "resource.http.url"),
             ("", "https://example.com/", "resource.http.method"),
             ("GE T", "https://example.com/", "resource.http.method"),
+            ("GET", "https://user:hunter2@example.com/", "resource.http.url"),
+            ("GET", "https://TOKEN@github.com/", "resource.http.url"),
+            ("GET", "https://github.com\\@evil.example/", "resource.http.url"),
+            ("GET", "https://git\thub.com/", "resource.http.url"),
         ] {
             assert_eq!(http(method, url).err().map(|e| e.field), Some(field.to_owned()), "{method} {url}");
         }

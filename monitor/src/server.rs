@@ -10,13 +10,11 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
-use warden_proto::v1::admin_server::AdminServer;
-use warden_proto::v1::authority_server::AuthorityServer;
 
-use crate::auth::{CredentialConfig, CredentialError, Credentials, Role};
+use crate::auth::{CredentialConfig, CredentialError, Credentials};
 use crate::config::STORE_DIR;
 use crate::decision::DecisionConfig;
-use crate::grpc::{AdminService, Authenticator, AuthorityService};
+use crate::grpc;
 use crate::policy::{LoadError, PolicySnapshot};
 use crate::service::{Monitor, Shutdown};
 use crate::store::{Store, StoreError};
@@ -52,6 +50,9 @@ pub enum ServerError {
     /// Reflection could not be set up.
     #[error("server reflection: {0}")]
     Reflection(String),
+    /// The server task failed.
+    #[error("the server failed: {0}")]
+    Task(String),
     /// The transport failed.
     #[error("serving: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -95,7 +96,7 @@ impl RunningServer {
     pub async fn join(self) -> Result<(), ServerError> {
         match self.task.await {
             Ok(result) => result,
-            Err(e) => Err(ServerError::Reflection(format!("server task failed: {e}"))),
+            Err(e) => Err(ServerError::Task(e.to_string())),
         }
     }
 }
@@ -136,37 +137,18 @@ pub async fn start_with_signal(
     let shutdown_signal = shutdown.clone();
     let monitor = Arc::new(Monitor::new(snapshot, store, config.decision.clone(), shutdown));
 
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<AuthorityServer<AuthorityService>>().await;
-    health_reporter.set_serving::<AdminServer<AdminService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(warden_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| ServerError::Reflection(e.to_string()))?;
-
-    let authority = AuthorityServer::with_interceptor(
-        AuthorityService::new(Arc::clone(&monitor)),
-        Authenticator::new(Arc::clone(&credentials), Role::Harness),
-    );
-    let admin = AdminServer::with_interceptor(
-        AdminService::new(Arc::clone(&monitor)),
-        Authenticator::new(Arc::clone(&credentials), Role::Admin),
-    );
+    let (router, health) = grpc::router(&monitor, &credentials).await.map_err(ServerError::Reflection)?;
+    // Approvals past their deadline are denied even when nobody asks.
+    let sweeper = tokio::spawn(Arc::clone(&monitor).run_sweeper());
     drop(monitor);
 
-    let addr = listener.local_addr().map_err(|e| ServerError::Reflection(format!("listener address: {e}")))?;
-    let router = tonic::transport::Server::builder()
-        .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(authority)
-        .add_service(admin);
+    let addr = listener.local_addr().map_err(|e| ServerError::Task(format!("listener address: {e}")))?;
     let mut stopping = shutdown_signal;
     let task = tokio::spawn(async move {
         let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             signal.await;
             tracing::info!("shutting down");
+            health.stopping().await;
             // End waits and followed streams so that no client holds us up.
             let _ = shutdown_switch.send(true);
         });
@@ -180,6 +162,7 @@ pub async fn start_with_signal(
                 Ok(())
             }
         };
+        let _ = sweeper.await;
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
         served?;

@@ -13,10 +13,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sled::Transactional;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::decision::Outcome;
-use crate::normalize::{Actor, NormalizedRequest};
+use crate::normalize::{Actor, NormalizedRequest, RequestInput};
+
+/// How long a decision is replayed for its request id. After it, or once the
+/// policies changed, the same id is decided afresh: a harness cannot keep an
+/// old ALLOW alive by reusing its id.
+pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 
 /// Most commits taken into one flush.
 const MAX_BATCH: usize = 1024;
@@ -64,6 +69,10 @@ pub struct AuditRecord {
     pub action: String,
     /// The normalized resource, `Type::"id"`.
     pub resource: String,
+    /// The whole normalized request (method, argv, cwd, justification,
+    /// context…) as JSON; empty for records that are not about a request.
+    #[serde(default)]
+    pub request: String,
     /// `ALLOW`, `DENY`, `PENDING`, or empty.
     pub outcome: String,
     /// Determining policy ids.
@@ -103,6 +112,7 @@ impl AuditRecord {
             &self.actor.session,
             &self.action,
             &self.resource,
+            &self.request,
             &self.outcome,
         ] {
             text(value);
@@ -135,6 +145,8 @@ pub struct AuditEntry {
     pub action: String,
     /// See [`AuditRecord`].
     pub resource: String,
+    /// See [`AuditRecord`].
+    pub request: String,
     /// See [`AuditRecord`].
     pub outcome: String,
     /// See [`AuditRecord`].
@@ -176,12 +188,39 @@ pub struct DecisionRecord {
     pub note: String,
 }
 
-/// A request that waits for a person, as stored.
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ApprovalState {
+    /// Waiting for a person.
+    Pending,
+    /// A person approved and the request passed again: ALLOW.
+    Approved,
+    /// A person denied it, or approved but the request no longer passed: DENY.
+    Denied,
+    /// Nobody answered before the deadline: DENY.
+    Expired,
+}
+
+impl ApprovalState {
+    /// `PENDING`, `APPROVED`, `DENIED` or `EXPIRED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "PENDING",
+            ApprovalState::Approved => "APPROVED",
+            ApprovalState::Denied => "DENIED",
+            ApprovalState::Expired => "EXPIRED",
+        }
+    }
+}
+
+/// A request that waited (or waits) for a person, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingApproval {
+pub struct ApprovalRecord {
     /// The approval's id.
     pub approval_id: String,
-    /// The exact normalized request.
+    /// The request as the harness sent it.
+    pub input: RequestInput,
+    /// The exact normalized request, which is what is re-evaluated.
     pub request: NormalizedRequest,
     /// Hex SHA-256 of the request as the harness sent it.
     pub request_hash: String,
@@ -193,9 +232,11 @@ pub struct PendingApproval {
     pub policy_ids: Vec<String>,
     /// Their reasons.
     pub reasons: Vec<String>,
-    /// Groups that may approve; empty: any approver.
+    /// The policies that would permit it once approved.
+    pub permit_ids: Vec<String>,
+    /// Groups whose member may resolve it; empty: any approver.
     pub approvers: Vec<String>,
-    /// The policy version that decided.
+    /// The policy version that decided PENDING.
     pub policy_version: String,
     /// Created, nanoseconds since the Unix epoch.
     pub created_unix_ns: i64,
@@ -203,6 +244,23 @@ pub struct PendingApproval {
     pub expires_unix_ns: i64,
     /// The audit record of the PENDING decision.
     pub audit_seq: u64,
+    /// Where it stands.
+    pub state: ApprovalState,
+    /// The approver credential that resolved it.
+    pub resolved_by: String,
+    /// The approver's note or message for the agent.
+    pub note: String,
+    /// When it was resolved or expired.
+    pub resolved_unix_ns: Option<i64>,
+    /// The decision as the harness sees it now: PENDING, then the final one.
+    pub decision: DecisionRecord,
+}
+
+/// A change to an approval, published after it is flushed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalEvent {
+    /// The approval as it now stands.
+    pub approval: ApprovalRecord,
 }
 
 /// A decision kept under an idempotency key.
@@ -210,37 +268,87 @@ pub struct PendingApproval {
 pub struct Remembered {
     /// Hash of the request the key was first used for.
     pub request_hash: String,
+    /// When it was decided, nanoseconds since the Unix epoch.
+    #[serde(default)]
+    pub decided_unix_ns: i64,
     /// The decision given then.
     pub decision: DecisionRecord,
 }
 
-/// One decision to make durable.
+impl Remembered {
+    /// Whether this decision is still the answer for its request id.
+    pub fn replayable(&self, now_unix_ns: i64, policy_version: &str) -> bool {
+        now_unix_ns.saturating_sub(self.decided_unix_ns) < REPLAY_WINDOW_NS
+            && self.decision.policy_version == policy_version
+    }
+}
+
+/// What must hold for a commit to be appended; checked by the writer, so
+/// that concurrent commits cannot both pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Nothing.
+    None,
+    /// The harness's request id is new (else the earlier decision is replayed,
+    /// or the key is reported reused for a different request).
+    NewRequest {
+        /// The harness credential.
+        harness: String,
+        /// The idempotency key.
+        request_id: String,
+        /// Hash of the request.
+        request_hash: String,
+        /// Now, nanoseconds since the Unix epoch.
+        now_unix_ns: i64,
+        /// The policy version deciding now.
+        policy_version: String,
+    },
+    /// The approval is still pending (else its current state is returned).
+    StillPending {
+        /// The approval.
+        approval_id: String,
+    },
+}
+
+/// One audit record and the state that goes with it, made durable together.
 #[derive(Debug)]
-pub struct DecisionCommit {
+pub struct Commit {
     /// The audit entry.
     pub entry: AuditEntry,
-    /// The decision; its `audit_seq` is filled in.
-    pub decision: DecisionRecord,
-    /// `(harness, request id, request hash)` when the request is idempotent.
-    pub idempotency: Option<(String, String, String)>,
-    /// The approval to store, for PENDING; its `audit_seq` is filled in.
-    pub approval: Option<PendingApproval>,
+    /// What must hold.
+    pub guard: Guard,
+    /// A decision to remember under the request id of a `NewRequest` guard;
+    /// its `audit_seq` is filled in.
+    pub decision: Option<DecisionRecord>,
+    /// An approval to store (new or changed). When new (pending), its
+    /// `audit_seq` and its decision's are filled in; otherwise its
+    /// decision's `audit_seq` is.
+    pub approval: Option<ApprovalRecord>,
 }
 
 /// What the writer did with a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Committed {
-    /// Appended and flushed.
-    New(DecisionRecord),
+    /// Appended and flushed, with the stored decision and approval.
+    New {
+        /// The audit record's seq.
+        seq: u64,
+        /// The decision as stored.
+        decision: Option<DecisionRecord>,
+        /// The approval as stored.
+        approval: Option<Box<ApprovalRecord>>,
+    },
     /// The idempotency key was already used for the same request: the
     /// decision given then, nothing appended.
     Replay(DecisionRecord),
     /// The idempotency key was already used for a different request.
     KeyReused,
+    /// The approval is no longer pending: how it stands, nothing appended.
+    NotPending(Box<ApprovalRecord>),
 }
 
 struct Job {
-    commit: DecisionCommit,
+    commit: Commit,
     reply: oneshot::Sender<Result<Committed, StoreError>>,
 }
 
@@ -263,11 +371,19 @@ impl Head {
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
+    trees: Trees,
+    flushed: watch::Receiver<u64>,
+    writer: mpsc::Sender<Job>,
+    appended: broadcast::Sender<AuditRecord>,
+    approval_events: broadcast::Sender<ApprovalEvent>,
+}
+
+#[derive(Clone)]
+struct Trees {
     audit: sled::Tree,
     requests: sled::Tree,
     approvals: sled::Tree,
-    writer: mpsc::Sender<Job>,
-    appended: broadcast::Sender<AuditRecord>,
+    pending: sled::Tree,
 }
 
 /// Stops the writer when the monitor shuts down.
@@ -294,8 +410,11 @@ pub mod trees {
     pub const AUDIT: &str = "audit";
     /// harness NUL request id -> [`super::Remembered`] JSON.
     pub const REQUESTS: &str = "requests";
-    /// approval id -> [`super::PendingApproval`] JSON.
+    /// approval id -> [`super::ApprovalRecord`] JSON.
     pub const APPROVALS: &str = "approvals";
+    /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
+    /// approvals in deadline order.
+    pub const PENDING: &str = "pending";
 }
 
 impl Store {
@@ -303,10 +422,13 @@ impl Store {
     /// called inside a tokio runtime.
     pub fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
         let db = sled::Config::new().path(dir).open()?;
-        let audit = db.open_tree(trees::AUDIT)?;
-        let requests = db.open_tree(trees::REQUESTS)?;
-        let approvals = db.open_tree(trees::APPROVALS)?;
-        let head = match audit.last()? {
+        let trees = Trees {
+            audit: db.open_tree(trees::AUDIT)?,
+            requests: db.open_tree(trees::REQUESTS)?,
+            approvals: db.open_tree(trees::APPROVALS)?,
+            pending: db.open_tree(trees::PENDING)?,
+        };
+        let head = match trees.audit.last()? {
             Some((key, value)) => {
                 let record = decode_record(&key, &value)?;
                 Head { seq: record.seq, hash: record.hash }
@@ -315,37 +437,83 @@ impl Store {
         };
         let (writer, rx) = mpsc::channel(4 * MAX_BATCH);
         let (appended, _) = broadcast::channel(4096);
-        let store = Self { db: db.clone(), audit, requests, approvals, writer, appended };
+        let (approval_events, _) = broadcast::channel(4096);
         let (close, closing) = oneshot::channel();
-        let task = tokio::spawn(store.clone().write_loop(rx, closing, head));
+        // What is on disk at open counts as durable.
+        let (flushed_tx, flushed) = watch::channel(head.seq);
+        let task = tokio::spawn(
+            WriteLoop {
+                db: db.clone(),
+                trees: trees.clone(),
+                appended: appended.clone(),
+                approval_events: approval_events.clone(),
+                flushed: flushed_tx,
+                failed: None,
+            }
+            .run(rx, closing, head),
+        );
+        let store = Self { db: db.clone(), trees, flushed, writer, appended, approval_events };
         Ok((store, StoreCloser { close, task, db }))
     }
 
-    /// Appends a decision (unless its idempotency key was used before) and
-    /// returns once it is flushed.
-    pub async fn commit_decision(&self, commit: DecisionCommit) -> Result<Committed, StoreError> {
+    /// Appends a record with its state, if its guard holds, and returns once
+    /// it is flushed.
+    pub async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Waits until the record `seq` is flushed. Whatever is read from the
+    /// trees may be committed but not yet flushed: a caller is told about it
+    /// only after this.
+    pub async fn wait_durable(&self, seq: u64) -> Result<(), StoreError> {
+        let mut flushed = self.flushed.clone();
+        flushed.wait_for(|durable| *durable >= seq).await.map(|_| ()).map_err(|_| StoreError::WriterGone)
+    }
+
     /// The decision remembered for `(harness, request_id)`.
     pub fn remembered(&self, harness: &str, request_id: &str) -> Result<Option<Remembered>, StoreError> {
         let key = request_key(harness, request_id);
-        self.requests.get(&key)?.map(|value| decode(trees::REQUESTS, &key, &value)).transpose()
+        self.trees.requests.get(&key)?.map(|value| decode(trees::REQUESTS, &key, &value)).transpose()
     }
 
     /// A stored approval.
-    pub fn approval(&self, approval_id: &str) -> Result<Option<PendingApproval>, StoreError> {
-        self.approvals
+    pub fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        self.trees
+            .approvals
             .get(approval_id.as_bytes())?
             .map(|value| decode(trees::APPROVALS, approval_id.as_bytes(), &value))
             .transpose()
     }
 
+    /// Pending approvals, earliest deadline first.
+    pub fn pending(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+        self.pending_until(i64::MAX)
+    }
+
+    /// Pending approvals whose deadline is at or before `unix_ns`.
+    pub fn pending_until(&self, unix_ns: i64) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.trees.pending.iter() {
+            let (key, _) = item?;
+            let Some((deadline, id)) = split_pending_key(&key) else { continue };
+            if deadline > unix_ns {
+                break;
+            }
+            if let Some(record) = self.approval(id)?
+                && record.state == ApprovalState::Pending
+            {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
     /// Audit records from `from_seq` on, at most `limit`.
     pub fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
-        self.audit
+        self.trees
+            .audit
             .range(from_seq.to_be_bytes()..)
             .take(limit)
             .map(|item| {
@@ -357,7 +525,7 @@ impl Store {
 
     /// The newest record's seq, 0 when the log is empty.
     pub fn last_seq(&self) -> Result<u64, StoreError> {
-        Ok(match self.audit.last()? {
+        Ok(match self.trees.audit.last()? {
             Some((key, _)) => seq_of_key(&key).unwrap_or(0),
             None => 0,
         })
@@ -368,15 +536,38 @@ impl Store {
         self.appended.subscribe()
     }
 
-    /// Walks the whole chain.
-    pub fn verify(&self) -> VerifyReport {
-        verify_chain(self.audit.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))))
+    /// Approval changes from now on, after they are flushed.
+    pub fn approval_events(&self) -> broadcast::Receiver<ApprovalEvent> {
+        self.approval_events.subscribe()
     }
 
-    async fn write_loop(self, mut rx: mpsc::Receiver<Job>, mut closing: oneshot::Receiver<()>, mut head: Head) {
-        // Our own sender must not keep the channel open.
-        let Store { db, audit, requests, approvals, writer, appended } = self;
-        drop(writer);
+    /// Walks the whole chain.
+    pub fn verify(&self) -> VerifyReport {
+        verify_chain(self.trees.audit.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))))
+    }
+
+    /// Whether the underlying database is the same (for tests of wiring).
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+}
+
+/// The writer task: the only code that appends.
+struct WriteLoop {
+    db: sled::Db,
+    trees: Trees,
+    appended: broadcast::Sender<AuditRecord>,
+    approval_events: broadcast::Sender<ApprovalEvent>,
+    flushed: watch::Sender<u64>,
+    /// Set when a flush failed after its transaction committed: what is in
+    /// the trees may or may not be on disk, so nothing more is accepted.
+    failed: Option<String>,
+}
+
+type Reply = oneshot::Sender<Result<Committed, StoreError>>;
+
+impl WriteLoop {
+    async fn run(mut self, mut rx: mpsc::Receiver<Job>, mut closing: oneshot::Receiver<()>, mut head: Head) {
         let mut closed = false;
         loop {
             let first = tokio::select! {
@@ -400,55 +591,236 @@ impl Store {
                     Err(_) => break,
                 }
             }
-            let durable_head = head.clone();
-            let mut answers: Vec<(oneshot::Sender<Result<Committed, StoreError>>, Committed)> = Vec::new();
-            let mut writes: Vec<Write> = Vec::new();
-            let mut keys_in_batch: HashMap<Vec<u8>, Remembered> = HashMap::new();
-            for Job { commit, reply } in batch {
-                match plan(&requests, &keys_in_batch, &commit, &mut head) {
-                    Ok(Planned::Append(write)) => {
-                        if let Some(key) = &write.request_key {
-                            keys_in_batch.insert(key.clone(), write.remembered.clone());
-                        }
-                        answers.push((reply, Committed::New(write.remembered.decision.clone())));
-                        writes.push(*write);
-                    }
-                    Ok(Planned::Answer(committed)) => answers.push((reply, *committed)),
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+            head = self.write_batch(batch, head).await;
+        }
+        if let Err(e) = self.db.flush_async().await {
+            tracing::error!(error = %e, "final flush failed");
+        }
+    }
+
+    /// Plans every job against the store and the batch so far, writes the
+    /// appends in one transaction, flushes, then answers. Returns the new head.
+    async fn write_batch(&mut self, batch: Vec<Job>, head: Head) -> Head {
+        if let Some(why) = &self.failed {
+            for Job { reply, .. } in batch {
+                let _ = reply.send(Err(StoreError::BatchFailed(why.clone())));
             }
-            let result = apply(&db, &audit, &requests, &approvals, &writes).await;
-            match result {
-                Ok(()) => {
-                    for (reply, committed) in answers {
-                        let _ = reply.send(Ok(committed));
-                    }
-                    for write in writes {
-                        let _ = appended.send(write.record);
-                    }
+            return head;
+        }
+        let mut next = head.clone();
+        let mut overlay = Overlay::default();
+        let mut answers: Vec<(Reply, Committed)> = Vec::new();
+        let mut writes: Vec<Write> = Vec::new();
+        for Job { commit, reply } in batch {
+            match self.plan(&overlay, commit, &mut next) {
+                Ok(Planned::Append(write)) => {
+                    overlay.add(&write);
+                    answers.push((reply, write.committed()));
+                    writes.push(*write);
                 }
+                Ok(Planned::Answer(committed)) => answers.push((reply, *committed)),
                 Err(e) => {
-                    tracing::error!(error = %e, "audit batch failed; the requests in it are answered with an error");
-                    head = durable_head;
-                    for (reply, _) in answers {
-                        let _ = reply.send(Err(StoreError::BatchFailed(e.to_string())));
-                    }
+                    let _ = reply.send(Err(e));
                 }
             }
         }
-        if let Err(e) = db.flush_async().await {
-            tracing::error!(error = %e, "final flush failed");
+        let written = match self.transact(&writes) {
+            Ok(()) => self.db.flush_async().await.map(|_| ()).map_err(|e| {
+                let why = format!("a flush failed ({e}); restart the monitor");
+                self.failed = Some(why.clone());
+                StoreError::BatchFailed(why)
+            }),
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(()) => {
+                let _ = self.flushed.send(next.seq);
+                for (reply, committed) in answers {
+                    let _ = reply.send(Ok(committed));
+                }
+                for write in writes {
+                    if let Some(approval) = write.approval {
+                        let _ = self.approval_events.send(ApprovalEvent { approval });
+                    }
+                    let _ = self.appended.send(write.record);
+                }
+                next
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "audit batch failed; the requests in it are answered with an error");
+                for (reply, _) in answers {
+                    let _ = reply.send(Err(StoreError::BatchFailed(e.to_string())));
+                }
+                // A failed transaction wrote nothing: the head stays. After a
+                // failed flush nothing more is written at all.
+                head
+            }
+        }
+    }
+
+    /// Decides what one commit does, advancing `head` when it appends.
+    fn plan(&self, overlay: &Overlay, commit: Commit, head: &mut Head) -> Result<Planned, StoreError> {
+        let request_key = match &commit.guard {
+            Guard::None => None,
+            Guard::NewRequest { harness, request_id, request_hash, now_unix_ns, policy_version } => {
+                let key = request_key(harness, request_id);
+                let earlier = match overlay.requests.get(&key) {
+                    Some(found) => Some(found.clone()),
+                    None => self
+                        .trees
+                        .requests
+                        .get(&key)?
+                        .map(|v| decode::<Remembered>(trees::REQUESTS, &key, &v))
+                        .transpose()?,
+                };
+                if let Some(earlier) = earlier
+                    && earlier.replayable(*now_unix_ns, policy_version)
+                {
+                    return Ok(Planned::Answer(Box::new(if &earlier.request_hash == request_hash {
+                        Committed::Replay(earlier.decision)
+                    } else {
+                        Committed::KeyReused
+                    })));
+                }
+                Some((key, request_hash.clone(), *now_unix_ns))
+            }
+            Guard::StillPending { approval_id } => {
+                let current = match overlay.approvals.get(approval_id) {
+                    Some(found) => Some(found.clone()),
+                    None => self
+                        .trees
+                        .approvals
+                        .get(approval_id.as_bytes())?
+                        .map(|v| decode::<ApprovalRecord>(trees::APPROVALS, approval_id.as_bytes(), &v))
+                        .transpose()?,
+                };
+                match current {
+                    Some(current) if current.state == ApprovalState::Pending => None,
+                    Some(current) => return Ok(Planned::Answer(Box::new(Committed::NotPending(Box::new(current))))),
+                    None => {
+                        return Err(StoreError::Corrupt {
+                            tree: trees::APPROVALS,
+                            key: approval_id.clone(),
+                            message: "the approval to resolve is missing".into(),
+                        });
+                    }
+                }
+            }
+        };
+        let Commit { entry, decision, approval, .. } = commit;
+        let seq = head.seq + 1;
+        let mut record = AuditRecord {
+            seq,
+            time_unix_ns: entry.time_unix_ns,
+            kind: entry.kind,
+            caller: entry.caller,
+            actor: entry.actor.unwrap_or(Actor { user: String::new(), agent: String::new(), session: String::new() }),
+            action: entry.action,
+            resource: entry.resource,
+            request: entry.request,
+            outcome: entry.outcome,
+            policy_ids: entry.policy_ids,
+            reasons: entry.reasons,
+            policy_version: entry.policy_version,
+            request_id: entry.request_id,
+            approval_id: entry.approval_id,
+            prev_hash: head.hash.clone(),
+            hash: String::new(),
+        };
+        record.hash = record.compute_hash();
+        *head = Head { seq, hash: record.hash.clone() };
+        let decision = decision.map(|mut d| {
+            d.audit_seq = seq;
+            d
+        });
+        let approval = approval.map(|mut a| {
+            if a.state == ApprovalState::Pending {
+                a.audit_seq = seq;
+            }
+            a.decision.audit_seq = seq;
+            a
+        });
+        let remembered = match (request_key, &decision) {
+            (Some((key, request_hash, decided_unix_ns)), Some(decision)) => {
+                Some((key, Remembered { request_hash, decided_unix_ns, decision: decision.clone() }))
+            }
+            _ => None,
+        };
+        Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval })))
+    }
+
+    /// Writes a batch in one transaction over every tree.
+    fn transact(&self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut encoded = Vec::with_capacity(writes.len());
+        for write in writes {
+            let record = encode(&write.record)?;
+            let remembered = write.remembered.as_ref().map(|(key, r)| encode(r).map(|v| (key, v))).transpose()?;
+            let approval = write.approval.as_ref().map(|a| encode(a).map(|v| (a, v))).transpose()?;
+            encoded.push((write.record.seq, record, remembered, approval));
+        }
+        let Trees { audit, requests, approvals, pending } = &self.trees;
+        (audit, requests, approvals, pending)
+            .transaction(|(audit, requests, approvals, pending)| {
+                for (seq, record, remembered, approval) in &encoded {
+                    audit.insert(&seq.to_be_bytes(), record.as_slice())?;
+                    if let Some((key, value)) = remembered {
+                        requests.insert(key.as_slice(), value.as_slice())?;
+                    }
+                    if let Some((approval, value)) = approval {
+                        approvals.insert(approval.approval_id.as_bytes(), value.as_slice())?;
+                        let key = pending_key(approval.expires_unix_ns, &approval.approval_id);
+                        if approval.state == ApprovalState::Pending {
+                            pending.insert(key, &[] as &[u8])?;
+                        } else {
+                            pending.remove(key)?;
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e: sled::transaction::TransactionError<()>| match e {
+                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
+                sled::transaction::TransactionError::Abort(()) => StoreError::WriterGone,
+            })
+    }
+}
+
+/// What earlier jobs of the same batch wrote, for the guards of later ones.
+#[derive(Default)]
+struct Overlay {
+    requests: HashMap<Vec<u8>, Remembered>,
+    approvals: HashMap<String, ApprovalRecord>,
+}
+
+impl Overlay {
+    fn add(&mut self, write: &Write) {
+        if let Some((key, remembered)) = &write.remembered {
+            self.requests.insert(key.clone(), remembered.clone());
+        }
+        if let Some(approval) = &write.approval {
+            self.approvals.insert(approval.approval_id.clone(), approval.clone());
         }
     }
 }
 
 struct Write {
     record: AuditRecord,
-    remembered: Remembered,
-    request_key: Option<Vec<u8>>,
-    approval: Option<PendingApproval>,
+    decision: Option<DecisionRecord>,
+    remembered: Option<(Vec<u8>, Remembered)>,
+    approval: Option<ApprovalRecord>,
+}
+
+impl Write {
+    fn committed(&self) -> Committed {
+        Committed::New {
+            seq: self.record.seq,
+            decision: self.decision.clone(),
+            approval: self.approval.clone().map(Box::new),
+        }
+    }
 }
 
 enum Planned {
@@ -456,108 +828,19 @@ enum Planned {
     Answer(Box<Committed>),
 }
 
-/// Decides what one commit does, advancing `head` when it appends.
-fn plan(
-    requests: &sled::Tree,
-    keys_in_batch: &HashMap<Vec<u8>, Remembered>,
-    commit: &DecisionCommit,
-    head: &mut Head,
-) -> Result<Planned, StoreError> {
-    let request_key = match &commit.idempotency {
-        Some((harness, request_id, request_hash)) => {
-            let key = request_key(harness, request_id);
-            let earlier = match keys_in_batch.get(&key) {
-                Some(found) => Some(found.clone()),
-                None => requests.get(&key)?.map(|v| decode::<Remembered>(trees::REQUESTS, &key, &v)).transpose()?,
-            };
-            if let Some(earlier) = earlier {
-                return Ok(Planned::Answer(Box::new(if &earlier.request_hash == request_hash {
-                    Committed::Replay(earlier.decision)
-                } else {
-                    Committed::KeyReused
-                })));
-            }
-            Some(key)
-        }
-        None => None,
-    };
-    let entry = &commit.entry;
-    let seq = head.seq + 1;
-    let mut record = AuditRecord {
-        seq,
-        time_unix_ns: entry.time_unix_ns,
-        kind: entry.kind.clone(),
-        caller: entry.caller.clone(),
-        actor: entry.actor.clone().unwrap_or(Actor {
-            user: String::new(),
-            agent: String::new(),
-            session: String::new(),
-        }),
-        action: entry.action.clone(),
-        resource: entry.resource.clone(),
-        outcome: entry.outcome.clone(),
-        policy_ids: entry.policy_ids.clone(),
-        reasons: entry.reasons.clone(),
-        policy_version: entry.policy_version.clone(),
-        request_id: entry.request_id.clone(),
-        approval_id: entry.approval_id.clone(),
-        prev_hash: head.hash.clone(),
-        hash: String::new(),
-    };
-    record.hash = record.compute_hash();
-    *head = Head { seq, hash: record.hash.clone() };
-    let mut decision = commit.decision.clone();
-    decision.audit_seq = seq;
-    let approval = commit.approval.clone().map(|mut a| {
-        a.audit_seq = seq;
-        a
-    });
-    let request_hash = commit.idempotency.as_ref().map(|(_, _, h)| h.clone()).unwrap_or_default();
-    Ok(Planned::Append(Box::new(Write {
-        record,
-        remembered: Remembered { request_hash, decision },
-        request_key,
-        approval,
-    })))
+fn pending_key(deadline_unix_ns: i64, approval_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9 + approval_id.len());
+    // Deadlines are after 1970: as big-endian they sort by time.
+    key.extend_from_slice(&deadline_unix_ns.max(0).to_be_bytes());
+    key.push(0);
+    key.extend_from_slice(approval_id.as_bytes());
+    key
 }
 
-/// Writes a batch in one transaction and flushes it.
-async fn apply(
-    db: &sled::Db,
-    audit: &sled::Tree,
-    requests: &sled::Tree,
-    approvals: &sled::Tree,
-    writes: &[Write],
-) -> Result<(), StoreError> {
-    if writes.is_empty() {
-        return Ok(());
-    }
-    let mut encoded = Vec::with_capacity(writes.len());
-    for write in writes {
-        let record = encode(&write.record)?;
-        let remembered = write.request_key.as_ref().map(|_| encode(&write.remembered)).transpose()?;
-        let approval = write.approval.as_ref().map(encode).transpose()?;
-        encoded.push((record, remembered, approval));
-    }
-    (audit, requests, approvals)
-        .transaction(|(audit, requests, approvals)| {
-            for (write, (record, remembered, approval)) in writes.iter().zip(&encoded) {
-                audit.insert(&write.record.seq.to_be_bytes(), record.as_slice())?;
-                if let (Some(key), Some(value)) = (&write.request_key, remembered) {
-                    requests.insert(key.as_slice(), value.as_slice())?;
-                }
-                if let (Some(approval), Some(value)) = (&write.approval, approval) {
-                    approvals.insert(approval.approval_id.as_bytes(), value.as_slice())?;
-                }
-            }
-            Ok(())
-        })
-        .map_err(|e: sled::transaction::TransactionError<()>| match e {
-            sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
-            sled::transaction::TransactionError::Abort(()) => StoreError::WriterGone,
-        })?;
-    db.flush_async().await?;
-    Ok(())
+fn split_pending_key(key: &[u8]) -> Option<(i64, &str)> {
+    let deadline = <[u8; 8]>::try_from(key.get(..8)?).ok().map(i64::from_be_bytes)?;
+    let id = std::str::from_utf8(key.get(9..)?).ok()?;
+    Some((deadline, id))
 }
 
 fn request_key(harness: &str, request_id: &str) -> Vec<u8> {
@@ -666,15 +949,22 @@ pub fn verify_chain<E: std::fmt::Display>(
 mod tests {
     use super::*;
 
-    fn entry(n: u32) -> DecisionCommit {
-        DecisionCommit {
+    fn entry(n: u32) -> Commit {
+        Commit {
             entry: AuditEntry {
                 kind: "decision".into(),
                 caller: "h".into(),
                 outcome: "ALLOW".into(),
                 ..AuditEntry::default()
             },
-            decision: DecisionRecord {
+            guard: Guard::NewRequest {
+                harness: "h".into(),
+                request_id: format!("r{n}"),
+                request_hash: format!("hash{n}"),
+                now_unix_ns: 0,
+                policy_version: "v".into(),
+            },
+            decision: Some(DecisionRecord {
                 request_id: format!("r{n}"),
                 outcome: Outcome::Allow,
                 policy_ids: vec![],
@@ -686,8 +976,7 @@ mod tests {
                 audit_seq: 0,
                 resolved_by: String::new(),
                 note: String::new(),
-            },
-            idempotency: Some(("h".into(), format!("r{n}"), format!("hash{n}"))),
+            }),
             approval: None,
         }
     }
@@ -700,23 +989,32 @@ mod tests {
             let mut tasks = Vec::new();
             for n in 0..200 {
                 let store = store.clone();
-                tasks.push(tokio::spawn(async move { store.commit_decision(entry(n)).await }));
+                tasks.push(tokio::spawn(async move { store.commit(entry(n)).await }));
             }
             let mut seqs = Vec::new();
             for task in tasks {
                 match task.await.unwrap().unwrap() {
-                    Committed::New(d) => seqs.push(d.audit_seq),
+                    Committed::New { seq, decision: Some(d), .. } => {
+                        assert_eq!(d.audit_seq, seq);
+                        seqs.push(seq);
+                    }
                     other => panic!("unexpected {other:?}"),
                 }
             }
             seqs.sort_unstable();
             assert_eq!(seqs, (1..=200).collect::<Vec<_>>());
             // Same key and hash: the same decision again, nothing appended.
-            let replay = store.commit_decision(entry(7)).await.unwrap();
+            let replay = store.commit(entry(7)).await.unwrap();
             assert!(matches!(replay, Committed::Replay(ref d) if d.request_id == "r7"), "{replay:?}");
             let mut reused = entry(7);
-            reused.idempotency = Some(("h".into(), "r7".into(), "other".into()));
-            assert_eq!(store.commit_decision(reused).await.unwrap(), Committed::KeyReused);
+            reused.guard = Guard::NewRequest {
+                harness: "h".into(),
+                request_id: "r7".into(),
+                request_hash: "other".into(),
+                now_unix_ns: 0,
+                policy_version: "v".into(),
+            };
+            assert_eq!(store.commit(reused).await.unwrap(), Committed::KeyReused);
             drop(store);
             closer.close().await.unwrap();
         }
@@ -724,8 +1022,8 @@ mod tests {
         let report = store.verify();
         assert!(report.ok(), "{report:?}");
         assert_eq!(report.records, 200);
-        let Committed::New(next) = store.commit_decision(entry(999)).await.unwrap() else { panic!() };
-        assert_eq!(next.audit_seq, 201);
+        let Committed::New { seq, .. } = store.commit(entry(999)).await.unwrap() else { panic!() };
+        assert_eq!(seq, 201);
         drop(store);
         closer.close().await.unwrap();
     }
@@ -735,10 +1033,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, closer) = Store::open(dir.path()).unwrap();
         for n in 0..5 {
-            store.commit_decision(entry(n)).await.unwrap();
+            store.commit(entry(n)).await.unwrap();
         }
-        let records: Vec<(Vec<u8>, Vec<u8>)> =
-            store.audit.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))).collect::<Result<_, _>>().unwrap();
+        let records: Vec<(Vec<u8>, Vec<u8>)> = store
+            .trees
+            .audit
+            .iter()
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<Result<_, _>>()
+            .unwrap();
         drop(store);
         closer.close().await.unwrap();
 

@@ -14,7 +14,12 @@ use warden_sdk::{BearerToken, Client};
 
 pub const HARNESS: &str = "wdn_test_harness_all_users";
 pub const ALICE_ONLY: &str = "wdn_test_harness_alice_only";
+/// An approver of every group.
 pub const APPROVER: &str = "wdn_test_approver";
+/// An approver of `release-managers` only.
+pub const RELEASE_APPROVER: &str = "wdn_test_release_approver";
+/// An approver of no group: only approvals that name none.
+pub const PLAIN_APPROVER: &str = "wdn_test_plain_approver";
 pub const ADMIN: &str = "wdn_test_admin";
 
 pub type Admin = pb::admin_client::AdminClient<InterceptedService<Channel, BearerToken>>;
@@ -25,12 +30,13 @@ pub fn bundled_policies() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
 }
 
-fn credential(name: &str, role: Role, token: &str, users: &[&str]) -> CredentialConfig {
+fn credential(name: &str, role: Role, token: &str, users: &[&str], groups: &[&str]) -> CredentialConfig {
     CredentialConfig {
         name: name.to_owned(),
         role,
         token_sha256: hex(hash_token(token)),
         users: users.iter().map(|u| (*u).to_owned()).collect(),
+        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
     }
 }
 
@@ -64,10 +70,12 @@ impl TestMonitor {
             policies: self.policies.clone(),
             data: self.data.path().to_owned(),
             credentials: vec![
-                credential("test-harness", Role::Harness, HARNESS, &["*"]),
-                credential("alice-harness", Role::Harness, ALICE_ONLY, &["alice"]),
-                credential("oncall", Role::Approver, APPROVER, &[]),
-                credential("security", Role::Admin, ADMIN, &[]),
+                credential("test-harness", Role::Harness, HARNESS, &["*"], &[]),
+                credential("alice-harness", Role::Harness, ALICE_ONLY, &["alice"], &[]),
+                credential("oncall", Role::Approver, APPROVER, &[], &["*"]),
+                credential("release-oncall", Role::Approver, RELEASE_APPROVER, &[], &["release-managers"]),
+                credential("plain-oncall", Role::Approver, PLAIN_APPROVER, &[], &[]),
+                credential("security", Role::Admin, ADMIN, &[], &[]),
             ],
             decision: DecisionConfig::default(),
         }
