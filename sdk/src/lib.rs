@@ -303,6 +303,10 @@ impl Interceptor for BearerToken {
 /// unreachable, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long after an approval's deadline `check` waits for the monitor's
+/// final DENY before it gives up by itself.
+const EXPIRY_GRACE: Duration = Duration::from_secs(2);
+
 /// A harness's connection to the monitor.
 #[derive(Clone)]
 pub struct Client {
@@ -393,8 +397,12 @@ impl Client {
             if decision.approval_id.is_empty() {
                 return Err(Error::Protocol("PENDING without an approval id".into()));
             }
-            let remaining =
-                decision.expires_at.and_then(|at| at.duration_since(SystemTime::now()).ok()).unwrap_or_default();
+            // Past the deadline the monitor denies; give it a moment to say
+            // so (with its reason) before giving up on our own.
+            let remaining = decision
+                .expires_at
+                .and_then(|at| (at + EXPIRY_GRACE).duration_since(SystemTime::now()).ok())
+                .unwrap_or_default();
             if remaining.is_zero() {
                 return Err(Error::NotApproved(Box::new(decision)));
             }

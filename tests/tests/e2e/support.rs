@@ -23,6 +23,7 @@ pub const PLAIN_APPROVER: &str = "wdn_test_plain_approver";
 pub const ADMIN: &str = "wdn_test_admin";
 
 pub type Admin = pb::admin_client::AdminClient<InterceptedService<Channel, BearerToken>>;
+pub type Approvals = pb::approvals_client::ApprovalsClient<InterceptedService<Channel, BearerToken>>;
 pub type Authority = pb::authority_client::AuthorityClient<InterceptedService<Channel, BearerToken>>;
 
 /// The bundled policy folder.
@@ -82,15 +83,17 @@ impl TestMonitor {
     }
 
     async fn launch(&mut self) {
-        // Bind first, then serve: no sleeps, no port races.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        // Bind first, then serve: no sleeps, no port races. A restart takes
+        // the same port again, so that clients reconnect to it.
+        let addr = self.endpoint.strip_prefix("http://").unwrap_or("127.0.0.1:0").to_owned();
+        let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind");
         let server = start(self.config(), listener).await.expect("monitor starts");
         self.endpoint = format!("http://{}", server.addr());
         self.server = Some(server);
     }
 
     /// Stops the monitor (flushing the store) and starts it again on the
-    /// same data folder, on a new port.
+    /// same data folder and port.
     pub async fn restart(&mut self) {
         self.stop_server().await;
         self.launch().await;
@@ -120,6 +123,14 @@ impl TestMonitor {
     /// A raw Authority client with any token.
     pub async fn authority(&self, token: &str) -> Authority {
         pb::authority_client::AuthorityClient::with_interceptor(
+            self.channel().await,
+            BearerToken::new(token).expect("token"),
+        )
+    }
+
+    /// An Approvals client with any token.
+    pub async fn approvals(&self, token: &str) -> Approvals {
+        pb::approvals_client::ApprovalsClient::with_interceptor(
             self.channel().await,
             BearerToken::new(token).expect("token"),
         )

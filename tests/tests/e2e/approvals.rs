@@ -1,0 +1,271 @@
+//! Human approval end to end: a request waits, an approver answers, the
+//! harness's fail-closed `check()` gets the final decision.
+
+use std::time::Duration;
+
+use tokio_stream::StreamExt;
+use tonic::Code;
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Error, Outcome};
+
+use crate::support::{APPROVER, HARNESS, PLAIN_APPROVER, PolicyDir, RELEASE_APPROVER, TestMonitor};
+
+fn alice() -> Actor {
+    Actor::new("alice", "claude-code", "s1")
+}
+
+fn push_main() -> ActionRequest {
+    ActionRequest::exec(["git", "push", "origin", "main"]).justification("release 1.4")
+}
+
+fn resolve(approval_id: &str, approve: bool, note: &str) -> pb::ResolveRequest {
+    pb::ResolveRequest { approval_id: approval_id.into(), approve, note: note.into(), ..Default::default() }
+}
+
+/// Waits until the monitor lists a pending approval, and returns it.
+async fn first_pending(monitor: &TestMonitor) -> pb::Approval {
+    let mut approvals = monitor.approvals(APPROVER).await;
+    for _ in 0..200 {
+        let list = approvals.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner();
+        if let Some(approval) = list.approvals.into_iter().next() {
+            return approval;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("nothing went pending");
+}
+
+#[tokio::test]
+async fn an_approved_request_is_allowed_for_the_waiting_harness() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let waiting = tokio::spawn(async move { harness.check(&alice(), push_main()).await });
+
+    let approval = first_pending(&monitor).await;
+    assert_eq!(approval.state, pb::ApprovalState::Pending as i32);
+    assert_eq!(approval.policy_ids, ["commands.protected-branch-push"]);
+    assert_eq!(approval.approvers, ["release-managers"]);
+    assert_eq!(approval.permit_ids, ["commands.developer-tools"]);
+    assert_eq!(approval.resource, r#"Command::"git push origin main""#);
+    let request = approval.request.as_ref().unwrap();
+    assert_eq!(request.justification, "release 1.4");
+    assert_eq!(approval.harness, "test-harness");
+    assert_eq!(approval.request_hash.len(), 64);
+
+    let mut approvals = monitor.approvals(RELEASE_APPROVER).await;
+    let resolved = approvals
+        .resolve(pb::ResolveRequest {
+            request_hash: approval.request_hash.clone(),
+            ..resolve(&approval.approval_id, true, "ship it")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resolved.state, pb::ApprovalState::Approved as i32);
+    assert_eq!(resolved.resolved_by, "release-oncall");
+
+    let decision = waiting.await.unwrap().expect("the harness is allowed once approved");
+    assert_eq!(decision.outcome, Outcome::Allow);
+    assert_eq!(decision.resolved_by, "release-oncall");
+    assert_eq!(decision.note, "ship it");
+    assert_eq!(decision.approval_id, approval.approval_id);
+    assert_eq!(decision.policy_ids, ["commands.developer-tools"]);
+
+    // Both steps are in the chain.
+    let records = monitor.audit().await;
+    let kinds: Vec<_> = records.iter().map(|r| (r.kind.as_str(), r.outcome)).collect();
+    assert_eq!(kinds, [("decision", pb::Outcome::Pending as i32), ("approval.approved", pb::Outcome::Allow as i32)]);
+    assert_eq!(records[1].caller, "release-oncall");
+    assert_eq!(decision.audit_seq, records[1].seq);
+    assert!(monitor.verify().await.ok);
+
+    // Resolving twice is refused and says how it ended.
+    let status = approvals.resolve(resolve(&approval.approval_id, false, "")).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(status.message().contains("already approved by `release-oncall`"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn a_denial_reaches_the_agent_with_its_message() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let waiting = tokio::spawn(async move { harness.check(&alice(), push_main()).await });
+    let approval = first_pending(&monitor).await;
+    let mut approvals = monitor.approvals(APPROVER).await;
+    let resolved =
+        approvals.resolve(resolve(&approval.approval_id, false, "not on a Friday")).await.unwrap().into_inner();
+    assert_eq!(resolved.state, pb::ApprovalState::Denied as i32);
+    let Err(Error::Denied(decision)) = waiting.await.unwrap() else { panic!("a denied request must not pass") };
+    assert_eq!(decision.note, "not on a Friday");
+    assert_eq!(decision.resolved_by, "oncall");
+    assert!(decision.reasons.iter().any(|r| r == "denied by `oncall`"), "{:?}", decision.reasons);
+}
+
+#[tokio::test]
+async fn silence_denies_at_the_deadline() {
+    let schema = std::fs::read_to_string(crate::support::bundled_policies().join("schema.cedarschema")).unwrap();
+    let entities = std::fs::read_to_string(crate::support::bundled_policies().join("entities.json")).unwrap();
+    let policies = PolicyDir::new(
+        &schema,
+        &[(
+            "p.cedar",
+            r#"
+            @id("read") permit (principal, action == Action::"fs.read", resource);
+            @id("quick") @reason("needs a quick yes") @timeout("1s")
+            forbid (principal, action == Action::"fs.read", resource) unless { context.approved };
+            "#,
+        )],
+        &entities,
+    );
+    let monitor = TestMonitor::start_with(policies.path()).await;
+    let harness = monitor.harness().await;
+    let started = std::time::Instant::now();
+    let result = harness.check(&alice(), ActionRequest::read_file("/tmp/x")).await;
+    let Err(Error::Denied(decision)) = result else { panic!("expiry must deny: {result:?}") };
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert!(decision.reasons.iter().any(|r| r.starts_with("no approver answered before")), "{:?}", decision.reasons);
+    assert_eq!(decision.resolved_by, "");
+
+    // Expired is final: an approver can no longer resolve it.
+    let records = monitor.audit().await;
+    assert_eq!(records.last().unwrap().kind, "approval.expired");
+    let mut approvals = monitor.approvals(APPROVER).await;
+    let status = approvals.resolve(resolve(&decision.approval_id, true, "")).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(status.message().contains("expired at"), "{}", status.message());
+    assert!(approvals.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner().approvals.is_empty());
+}
+
+#[tokio::test]
+async fn only_approvers_may_resolve_and_only_for_their_groups() {
+    let monitor = TestMonitor::start().await;
+    let pending = monitor.harness().await.authorize(&alice(), push_main()).await.unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+
+    // A harness token (or an admin's) is refused on the Approvals service.
+    for token in [HARNESS, crate::support::ADMIN] {
+        let mut approvals = monitor.approvals(token).await;
+        let status = approvals.resolve(resolve(&pending.approval_id, true, "")).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{token}");
+        let status = approvals.list_pending(pb::ListPendingRequest {}).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied);
+    }
+    // An approver outside @approvers("release-managers").
+    let mut plain = monitor.approvals(PLAIN_APPROVER).await;
+    let status = plain.resolve(resolve(&pending.approval_id, true, "")).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert!(status.message().contains("`release-managers`"), "{}", status.message());
+
+    // The approval is bound to the request the approver was shown.
+    let mut release = monitor.approvals(RELEASE_APPROVER).await;
+    let status = release
+        .resolve(pb::ResolveRequest { request_hash: "0".repeat(64), ..resolve(&pending.approval_id, true, "") })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    // Windows need grants, which do not exist yet.
+    let status = release
+        .resolve(pb::ResolveRequest { grant_for_seconds: 900, ..resolve(&pending.approval_id, true, "") })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("grant_for_seconds:"));
+    let status = release.resolve(resolve("apr-missing", true, "")).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+
+    // Nothing above changed the approval; the right approver still can.
+    let approved = release.resolve(resolve(&pending.approval_id, true, "")).await.unwrap().into_inner();
+    assert_eq!(approved.state, pb::ApprovalState::Approved as i32);
+    // A request the plain approver may answer: recursive delete names no group.
+    let pending =
+        monitor.harness().await.authorize(&alice(), ActionRequest::exec(["rm", "-r", "build"])).await.unwrap();
+    let denied = plain.resolve(resolve(&pending.approval_id, false, "use cargo clean")).await.unwrap().into_inner();
+    assert_eq!(denied.state, pb::ApprovalState::Denied as i32);
+}
+
+#[tokio::test]
+async fn a_waiting_harness_gets_its_answer_across_a_monitor_restart() {
+    let mut monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let waiting = tokio::spawn(async move { harness.check(&alice(), push_main()).await });
+    let approval = first_pending(&monitor).await;
+
+    monitor.restart().await;
+
+    // Still pending after the restart, and the harness is still waiting.
+    let listed = monitor.approvals(APPROVER).await.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner();
+    assert_eq!(listed.approvals.len(), 1);
+    assert_eq!(listed.approvals[0].approval_id, approval.approval_id);
+    assert!(!waiting.is_finished());
+
+    monitor.approvals(APPROVER).await.resolve(resolve(&approval.approval_id, true, "")).await.unwrap();
+    let decision = tokio::time::timeout(Duration::from_secs(30), waiting).await.unwrap().unwrap().unwrap();
+    assert_eq!(decision.outcome, Outcome::Allow);
+    assert!(monitor.verify().await.ok);
+}
+
+#[tokio::test]
+async fn approving_re_evaluates_against_the_policies_of_that_moment() {
+    let bundled = crate::support::bundled_policies();
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&bundled).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut monitor = TestMonitor::start_with(dir.path().to_owned()).await;
+    let pending = monitor.harness().await.authorize(&alice(), push_main()).await.unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+
+    // The security team freezes pushes while the request waits.
+    std::fs::write(
+        dir.path().join("freeze.cedar"),
+        "@id(\"freeze\") @reason(\"release freeze\")\nforbid (principal, action == Action::\"exec\", resource in Program::\"git\") when { resource.args.contains(\"push\") };\n",
+    )
+    .unwrap();
+    monitor.restart().await;
+
+    let resolved =
+        monitor.approvals(APPROVER).await.resolve(resolve(&pending.approval_id, true, "")).await.unwrap().into_inner();
+    assert_eq!(resolved.state, pb::ApprovalState::Denied as i32);
+    let decision = resolved.decision.unwrap();
+    assert_eq!(decision.outcome, pb::Outcome::Deny as i32);
+    assert_eq!(decision.policy_ids, ["freeze"]);
+    assert!(decision.reasons[0].contains("no longer passes"), "{:?}", decision.reasons);
+    // The harness sees the same.
+    let final_decision =
+        monitor.harness().await.await_decision(&pending.approval_id, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(final_decision.outcome, Outcome::Deny);
+}
+
+async fn next_event(events: &mut tonic::Streaming<pb::ApprovalEvent>) -> pb::ApprovalEvent {
+    tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap().unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn watchers_see_current_then_new_then_resolved() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let first = harness.authorize(&alice(), push_main()).await.unwrap();
+    let mut approvals = monitor.approvals(APPROVER).await;
+    let mut events = approvals.watch_pending(pb::WatchPendingRequest {}).await.unwrap().into_inner();
+    let current = next_event(&mut events).await;
+    assert_eq!(current.kind, pb::ApprovalEventKind::Current as i32);
+    assert_eq!(current.approval.unwrap().approval_id, first.approval_id);
+
+    let second = harness.authorize(&alice(), ActionRequest::exec(["cargo", "publish"])).await.unwrap();
+    let new = next_event(&mut events).await;
+    assert_eq!(new.kind, pb::ApprovalEventKind::New as i32);
+    assert_eq!(new.approval.unwrap().approval_id, second.approval_id);
+
+    approvals.resolve(resolve(&second.approval_id, false, "")).await.unwrap();
+    let resolved = next_event(&mut events).await;
+    assert_eq!(resolved.kind, pb::ApprovalEventKind::Resolved as i32);
+    let approval = resolved.approval.unwrap();
+    assert_eq!((approval.approval_id, approval.state), (second.approval_id, pb::ApprovalState::Denied as i32));
+
+    // The idempotent replay of the request now answers with the final decision.
+    let again = harness.await_decision(&first.approval_id, Duration::from_millis(50)).await.unwrap();
+    assert_eq!(again.outcome, Outcome::Pending);
+}
