@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+mod approvals;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,13 +15,14 @@ use warden_proto::v1 as pb;
 use warden_proto::v1::admin_client::AdminClient;
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Decision, Outcome};
 
-/// Talk to a Warden monitor: ask for decisions, check policies, read and
-/// verify the audit log.
+/// Talk to a Warden monitor: ask for decisions, answer approvals (in the
+/// terminal or from desktop notifications), check policies, read and verify
+/// the audit log.
 ///
 /// The endpoint and token come from --endpoint and --token / --token-file,
 /// or WARDEN_ENDPOINT and WARDEN_TOKEN / WARDEN_TOKEN_FILE. `authorize`
-/// needs a harness token; `audit` needs an admin token; `policy check` works
-/// offline.
+/// needs a harness token, `approvals` an approver token, `audit` an admin
+/// token; `policy check` works offline.
 #[derive(Debug, Parser)]
 #[command(name = "wardenctl", version)]
 struct Cli {
@@ -71,6 +74,11 @@ impl Connection {
         Ok(Client::with_channel(self.channel().await?, token))
     }
 
+    async fn approvals(&self) -> anyhow::Result<approvals::ApprovalsClient> {
+        let token = BearerToken::new(&self.token()?)?;
+        Ok(warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(self.channel().await?, token))
+    }
+
     async fn admin(
         &self,
     ) -> anyhow::Result<
@@ -95,6 +103,9 @@ enum Command {
     ///   wardenctl authorize --user alice --agent claude-code --session s1 tool.call docs search '{"q":"x"}'
     #[command(verbatim_doc_comment)]
     Authorize(AuthorizeArgs),
+    /// Pending approvals: list, approve, deny, watch (needs an approver token).
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// Policy folder tools.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -144,6 +155,47 @@ enum Kind {
     Http,
     Secret,
     Tool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// The approvals waiting for a person, earliest deadline first.
+    List,
+    /// Approve one: the monitor checks the request against the policies of
+    /// this moment, then the waiting agent may go ahead.
+    Approve {
+        /// The approval id
+        id: String,
+        /// A note for the record and the agent
+        #[arg(long)]
+        note: Option<String>,
+        /// Approve for a time window, e.g. 15m (needs grants)
+        #[arg(long = "for", value_name = "DURATION")]
+        for_: Option<String>,
+        /// What the window covers: `exact` resource or its `parent` (needs grants)
+        #[arg(long)]
+        scope: Option<String>,
+        /// Resolve only if the request still has this hash (from `list --json` or a notification)
+        #[arg(long)]
+        request_hash: Option<String>,
+    },
+    /// Deny one; the message reaches the agent.
+    Deny {
+        /// The approval id
+        id: String,
+        /// Why, for the agent
+        #[arg(long)]
+        message: Option<String>,
+        /// Resolve only if the request still has this hash
+        #[arg(long)]
+        request_hash: Option<String>,
+    },
+    /// Print each pending approval as it comes, and how it ends.
+    Watch {
+        /// Also show each as a desktop notification with Approve and Deny buttons
+        #[arg(long)]
+        notify: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -208,6 +260,40 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Authorize(args) => authorize(&cli.connection, args, cli.json).await,
+        Command::Approvals(command) => {
+            let client = cli.connection.approvals().await?;
+            match command {
+                ApprovalsCommand::List => approvals::list(client, cli.json).await?,
+                ApprovalsCommand::Approve { id, note, for_, scope, request_hash } => {
+                    let grant_for_seconds = match for_ {
+                        Some(text) => warden_monitor::duration::parse_duration(&text)?.as_secs(),
+                        None => 0,
+                    };
+                    let request = pb::ResolveRequest {
+                        approval_id: id,
+                        approve: true,
+                        note: note.unwrap_or_default(),
+                        grant_for_seconds,
+                        grant_scope: scope.unwrap_or_default(),
+                        request_hash: request_hash.unwrap_or_default(),
+                    };
+                    approvals::resolve(client, request, cli.json).await?;
+                }
+                ApprovalsCommand::Deny { id, message, request_hash } => {
+                    let request = pb::ResolveRequest {
+                        approval_id: id,
+                        approve: false,
+                        note: message.unwrap_or_default(),
+                        grant_for_seconds: 0,
+                        grant_scope: String::new(),
+                        request_hash: request_hash.unwrap_or_default(),
+                    };
+                    approvals::resolve(client, request, cli.json).await?;
+                }
+                ApprovalsCommand::Watch { notify } => approvals::watch(client, notify, cli.json).await?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Policy(PolicyCommand::Check { dir }) => Ok(policy_check(&dir, cli.json)),
         Command::Audit(AuditCommand::Verify { data }) => audit_verify(&cli.connection, data, cli.json).await,
         Command::Audit(AuditCommand::Tail { count, all, follow }) => {

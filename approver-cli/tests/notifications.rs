@@ -1,0 +1,273 @@
+//! `wardenctl approvals watch --notify` on a real desktop: Xvfb, a private
+//! D-Bus session bus and dunst. The test clicks Approve through dunst's own
+//! context menu, and the waiting harness is allowed.
+//!
+//! Needs the Debian packages xvfb, dbus-daemon, dbus-bin and dunst; without
+//! them the desktop test says so and passes (`.ci/run` installs them).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::server::{RunningServer, ServerConfig, start};
+use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
+
+const HARNESS: &str = "wdn_notify_test_harness";
+const APPROVER: &str = "wdn_notify_test_approver";
+
+fn credential(name: &str, role: Role, token: &str) -> CredentialConfig {
+    CredentialConfig {
+        name: name.into(),
+        role,
+        token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
+        users: if role == Role::Harness { vec!["*".into()] } else { vec![] },
+        groups: if role == Role::Approver { vec!["*".into()] } else { vec![] },
+    }
+}
+
+async fn monitor(data: &Path) -> RunningServer {
+    let config = ServerConfig {
+        policies: Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies"),
+        data: data.to_owned(),
+        credentials: vec![
+            credential("harness", Role::Harness, HARNESS),
+            credential("desk-oncall", Role::Approver, APPROVER),
+        ],
+        decision: Default::default(),
+    };
+    start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
+}
+
+async fn harness(server: &RunningServer) -> Client {
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", server.addr())).unwrap().connect().await.unwrap();
+    Client::with_channel(channel, BearerToken::new(HARNESS).unwrap())
+}
+
+fn missing_programs() -> Vec<&'static str> {
+    ["Xvfb", "dbus-daemon", "dbus-send", "dunst", "dunstctl"]
+        .into_iter()
+        .filter(|program| {
+            !std::env::var_os("PATH")
+                .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Xvfb, a private session bus and dunst, stopped on drop.
+struct Desktop {
+    children: Vec<Child>,
+    display: String,
+    bus: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Desktop {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Desktop {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut children = Vec::new();
+        // A display number no other test run uses.
+        let display = format!(":{}", 100 + std::process::id() % 800);
+        children.push(
+            Command::new("Xvfb")
+                .args([&display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let mut bus_daemon = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(bus_daemon.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let bus = line.trim().to_owned();
+        children.push(bus_daemon);
+
+        // dunst hands the actions of its notifications to "dmenu"; this one
+        // picks Approve, as a person clicking it would.
+        let pick = dir.path().join("pick-approve");
+        std::fs::write(&pick, "#!/bin/sh\ngrep -m1 -- Approve\n").unwrap();
+        std::fs::set_permissions(&pick, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = dir.path().join("dunstrc");
+        std::fs::write(&config, format!("[global]\n    dmenu = {}\n    browser = /bin/true\n", pick.display()))
+            .unwrap();
+        let mut desktop = Self { children, display, bus, _dir: dir };
+        let dunst = desktop
+            .command("dunst")
+            .arg("-config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        desktop.children.push(dunst);
+        desktop.wait_until("dunst owns the notification service", || {
+            let output = desktop
+                .command("dbus-send")
+                .args([
+                    "--session",
+                    "--print-reply",
+                    "--dest=org.freedesktop.DBus",
+                    "/",
+                    "org.freedesktop.DBus.NameHasOwner",
+                    "string:org.freedesktop.Notifications",
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&output.stdout).contains("boolean true")
+        });
+        desktop
+    }
+
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        command.env("DISPLAY", &self.display).env("DBUS_SESSION_BUS_ADDRESS", &self.bus);
+        command
+    }
+
+    fn displayed(&self) -> usize {
+        let output = self.command("dunstctl").args(["count", "displayed"]).output().unwrap();
+        String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(0)
+    }
+
+    fn wait_until(&self, what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn wardenctl(endpoint: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
+    command.args(["--endpoint", endpoint]).env("WARDEN_TOKEN", APPROVER).env_remove("WARDEN_TOKEN_FILE");
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_from_a_real_desktop_notification() {
+    let missing = missing_programs();
+    if !missing.is_empty() {
+        assert!(
+            std::env::var_os("WARDEN_REQUIRE_DESKTOP").is_none(),
+            "WARDEN_REQUIRE_DESKTOP is set but {} missing",
+            missing.join(", ")
+        );
+        println!(
+            "skipping the desktop notification test: {} not installed (apt-get install xvfb dbus-daemon dbus-bin dunst)",
+            missing.join(", ")
+        );
+        return;
+    }
+    let desktop = tokio::task::spawn_blocking(Desktop::start).await.unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+
+    let mut watcher = desktop
+        .command(env!("CARGO_BIN_EXE_wardenctl"))
+        .args(["--endpoint", &endpoint, "approvals", "watch", "--notify"])
+        .env("WARDEN_TOKEN", APPROVER)
+        .env_remove("WARDEN_TOKEN_FILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The watcher says which notification server it reached.
+    let mut stderr = BufReader::new(watcher.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    assert!(first.contains("desktop notifications through dunst"), "{first}");
+
+    let client = harness(&server).await;
+    let actor = Actor::new("alice", "claude-code", "desk-1");
+    let waiting = tokio::spawn(async move {
+        client.check(&actor, ActionRequest::exec(["git", "push", "origin", "main"]).justification("hotfix")).await
+    });
+
+    let desktop = tokio::task::spawn_blocking(move || {
+        desktop.wait_until("the notification is displayed", || desktop.displayed() == 1);
+        // Open dunst's context menu: the scripted dmenu picks Approve.
+        let status = desktop.command("dunstctl").arg("context").status().unwrap();
+        assert!(status.success());
+        desktop
+    })
+    .await
+    .unwrap();
+
+    let decision = tokio::time::timeout(Duration::from_secs(30), waiting).await.unwrap().unwrap().unwrap();
+    assert_eq!(decision.outcome, Outcome::Allow);
+    assert_eq!(decision.resolved_by, "desk-oncall");
+    assert_eq!(decision.note, "approved from the desktop");
+
+    // Resolved: the notification goes away.
+    let desktop = tokio::task::spawn_blocking(move || {
+        desktop.wait_until("the notification is closed", || desktop.displayed() == 0);
+        desktop
+    })
+    .await
+    .unwrap();
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    drop(desktop);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_notification_server_watch_says_so_and_keeps_working() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let socket: PathBuf = data.path().join("no-bus");
+    let mut watcher = wardenctl(&endpoint)
+        .args(["approvals", "watch", "--notify"])
+        .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", socket.display()))
+        .env_remove("DISPLAY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(watcher.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("no desktop notifications") && line.contains("terminal only"), "{line}");
+
+    let pending = harness(&server)
+        .await
+        .authorize(&Actor::new("alice", "claude-code", "t1"), ActionRequest::exec(["rm", "-r", "build"]))
+        .await
+        .unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+    let stdout = watcher.stdout.take().unwrap();
+    let approval_id = pending.approval_id.clone();
+    let seen = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("PENDING") && l.contains(&approval_id))
+    });
+    assert!(tokio::time::timeout(Duration::from_secs(20), seen).await.unwrap().unwrap());
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    server.stop().await.unwrap();
+}
