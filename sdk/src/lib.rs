@@ -421,7 +421,17 @@ impl Client {
             })
             .await;
             match next {
-                Ok(response) => decision = Decision::try_from(response.into_inner())?,
+                Ok(response) => {
+                    let next = Decision::try_from(response.into_inner())?;
+                    // An answer about another request is no answer.
+                    if next.approval_id != decision.approval_id || next.request_id != decision.request_id {
+                        return Err(Error::Protocol(format!(
+                            "asked about approval {} and got an answer about {}",
+                            decision.approval_id, next.approval_id
+                        )));
+                    }
+                    decision = next;
+                }
                 // The monitor may be restarting; keep waiting until the deadline.
                 Err(Error::Status(status)) if is_transient(&status) => {}
                 Err(e) => return Err(e),

@@ -269,3 +269,50 @@ async fn watchers_see_current_then_new_then_resolved() {
     let again = harness.await_decision(&first.approval_id, Duration::from_millis(50)).await.unwrap();
     assert_eq!(again.outcome, Outcome::Pending);
 }
+
+#[tokio::test]
+async fn a_watcher_that_does_not_read_is_cut_off_with_a_clear_status() {
+    let monitor = TestMonitor::start().await;
+    // A client with small HTTP/2 windows, so that what it does not read
+    // backs up into the monitor rather than into the client's buffers.
+    let channel = tonic::transport::Endpoint::from_shared(monitor.endpoint.clone())
+        .unwrap()
+        .initial_stream_window_size(16 * 1024)
+        .initial_connection_window_size(16 * 1024)
+        .connect()
+        .await
+        .unwrap();
+    let mut approvals = pb::approvals_client::ApprovalsClient::with_interceptor(
+        channel,
+        warden_sdk::BearerToken::new(APPROVER).unwrap(),
+    );
+    // Opened, then never read while events pile up.
+    let mut events = approvals.watch_pending(pb::WatchPendingRequest {}).await.unwrap().into_inner();
+    let harness = monitor.harness().await;
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let harness = harness.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..200 {
+                let request = ActionRequest::exec(["rm", "-r", &format!("w{worker}/dir{n}")]);
+                let decision = harness.authorize(&alice(), request).await.unwrap();
+                assert_eq!(decision.outcome, Outcome::Pending);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // The monitor kept deciding; the watcher finds out it was cut off.
+    let mut received = 0;
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap() {
+            Some(Ok(_)) => received += 1,
+            Some(Err(status)) => break status,
+            None => panic!("the stream ended without saying why after {received} events"),
+        }
+    };
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("watch again"), "{}", status.message());
+    assert!(received < 1600, "{received}");
+}

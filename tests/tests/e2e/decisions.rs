@@ -158,3 +158,12 @@ async fn concurrent_requests_are_all_audited_in_one_gapless_chain() {
     assert!(report.ok, "{report:?}");
     assert_eq!(report.records, 100);
 }
+
+#[tokio::test]
+async fn an_unreachable_monitor_is_never_an_allow() {
+    let mut monitor = TestMonitor::start().await;
+    let client = monitor.harness().await.with_timeout(Duration::from_millis(500));
+    monitor.stop_server().await;
+    let result = client.check(&alice(), ActionRequest::read_file("/home/alice/project/src/main.rs")).await;
+    assert!(matches!(result, Err(Error::Status(_) | Error::Transport(_))), "{result:?}");
+}
