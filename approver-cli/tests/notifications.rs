@@ -38,7 +38,7 @@ async fn monitor(data: &Path) -> RunningServer {
             credential("harness", Role::Harness, HARNESS),
             credential("desk-oncall", Role::Approver, APPROVER),
         ],
-        decision: Default::default(),
+        monitor: Default::default(),
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

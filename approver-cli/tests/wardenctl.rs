@@ -30,7 +30,7 @@ async fn monitor(data: &Path) -> RunningServer {
         policies: policies(),
         data: data.to_owned(),
         credentials: vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
-        decision: Default::default(),
+        monitor: Default::default(),
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use warden_monitor::auth::{CredentialConfig, Role, hash_token};
-use warden_monitor::decision::DecisionConfig;
 use warden_monitor::server::{ServerConfig, start};
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
@@ -41,7 +40,7 @@ async fn main() {
                 credential("bench-harness", Role::Harness, "h"),
                 credential("bench-approver", Role::Approver, "a"),
             ],
-            decision: DecisionConfig::default(),
+            monitor: warden_monitor::service::MonitorConfig::default(),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

@@ -90,7 +90,7 @@ async fn main() {
                 users: vec!["*".into()],
                 groups: vec![],
             }],
-            decision: DecisionConfig::default(),
+            monitor: warden_monitor::service::MonitorConfig::default(),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

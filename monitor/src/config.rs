@@ -80,6 +80,8 @@ pub struct FileConfig {
     pub log_format: Option<LogFormat>,
     /// How long an approval waits when no policy says (`@timeout`), e.g. `10m`.
     pub default_approval_timeout: Option<String>,
+    /// The longest a grant (or an approval for a window) may last, e.g. `7d`.
+    pub max_grant_duration: Option<String>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
@@ -106,6 +108,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// How long an approval waits when no policy says.
     pub default_approval_timeout: Duration,
+    /// The longest a grant may last.
+    pub max_grant_duration: Duration,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
 }
@@ -131,29 +135,29 @@ impl Settings {
             key: "listen",
             message: format!("`{listen_text}` is not an address and port: {e}"),
         })?;
-        let default_approval_timeout = match file.default_approval_timeout {
-            Some(text) => {
-                let d = parse_duration(&text)
-                    .map_err(|e| ConfigError::Value { key: "default_approval_timeout", message: e.to_string() })?;
-                if d.is_zero() {
-                    return Err(ConfigError::Value {
-                        key: "default_approval_timeout",
-                        message: "must be longer than zero".into(),
-                    });
-                }
-                d
-            }
-            None => Duration::from_secs(600),
-        };
+        let default_approval_timeout =
+            positive_duration("default_approval_timeout", file.default_approval_timeout, Duration::from_secs(600))?;
+        let max_grant_duration =
+            positive_duration("max_grant_duration", file.max_grant_duration, Duration::from_secs(7 * 86_400))?;
         Ok(Self {
             listen,
             policies: flags.policies.or(file.policies).unwrap_or_else(|| PathBuf::from(DEFAULT_POLICIES)),
             data: flags.data.or(file.data).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA)),
             log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
             default_approval_timeout,
+            max_grant_duration,
             credentials: file.credentials,
         })
     }
+}
+
+fn positive_duration(key: &'static str, text: Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+    let Some(text) = text else { return Ok(default) };
+    let duration = parse_duration(&text).map_err(|e| ConfigError::Value { key, message: e.to_string() })?;
+    if duration.is_zero() {
+        return Err(ConfigError::Value { key, message: "must be longer than zero".into() });
+    }
+    Ok(duration)
 }
 
 /// The credentials file in the data folder.

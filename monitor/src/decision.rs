@@ -8,6 +8,7 @@
 //! and no clock read: `now` is passed in.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -17,15 +18,17 @@ use cedar_policy::{
 };
 use time::OffsetDateTime;
 
+use crate::grants::UserGrants;
 use crate::normalize::{InvalidInput, NormalizedRequest, Resource};
 use crate::policy::PolicySnapshot;
 
 /// The three answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// The action may go ahead.
     Allow,
     /// The action must not happen.
+    #[default]
     Deny,
     /// The action waits for a person's approval.
     Pending,
@@ -55,7 +58,7 @@ pub struct ApprovalTerms {
 }
 
 /// The result of evaluating one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Evaluation {
     /// ALLOW, DENY or PENDING.
     pub outcome: Outcome,
@@ -65,11 +68,17 @@ pub struct Evaluation {
     pub reasons: Vec<String>,
     /// Set exactly when the outcome is PENDING.
     pub approval: Option<ApprovalTerms>,
+    /// Grants that matched (and so counted as approval).
+    pub grant_ids: Vec<String>,
+    /// For ALLOW: the `@label`s of the determining policies, which the
+    /// session gains.
+    pub labels: Vec<String>,
 }
 
 impl Evaluation {
-    fn deny(policy_ids: Vec<String>, reasons: Vec<String>) -> Self {
-        Self { outcome: Outcome::Deny, policy_ids, reasons, approval: None }
+    /// A denial with these policies and reasons.
+    pub fn deny(policy_ids: Vec<String>, reasons: Vec<String>) -> Self {
+        Self { outcome: Outcome::Deny, policy_ids, reasons, ..Self::default() }
     }
 }
 
@@ -80,6 +89,10 @@ pub struct SessionFacts {
     pub labels: BTreeSet<String>,
     /// The name of the authenticated harness credential.
     pub harness: String,
+    /// The active grants of the request's user.
+    pub grants: Option<Arc<UserGrants>>,
+    /// Why the session, its user or its agent kind is locked, if it is.
+    pub lock: Option<String>,
 }
 
 /// Settings of the decision that are not in the policies.
@@ -112,7 +125,19 @@ pub fn decide(
         Ok(evaluator) => evaluator,
         Err(denial) => return Ok(denial),
     };
-    let first = match evaluator.evaluate(false) {
+    // Step 1: lockdown.
+    if let Some(lock) = &facts.lock {
+        return Ok(Evaluation::deny(vec![], vec![lock.clone()]));
+    }
+    // Step 2: a matching grant counts as approval.
+    let grant_ids = match evaluator.matching_grants(facts) {
+        Ok(ids) => ids,
+        Err(denial) => return Ok(denial),
+    };
+    let approved = !grant_ids.is_empty();
+
+    // Step 3: the policy files, with `approved` as found.
+    let first = match evaluator.evaluate(approved) {
         Ok(response) => response,
         Err(e) => return e.into_result(),
     };
@@ -120,11 +145,25 @@ pub fn decide(
         return Ok(denial);
     }
     let first_ids: Vec<PolicyId> = first.diagnostics().reason().cloned().collect();
-    if first.decision() == CedarDecision::Allow {
+    let allowed = first.decision() == CedarDecision::Allow;
+    // A grant is a permit too: with no forbid in the way it allows.
+    if allowed || (approved && first_ids.is_empty()) {
         let (policy_ids, reasons) = describe(snapshot, &first_ids);
-        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None });
+        let labels = labels_of(snapshot, &first_ids);
+        let reasons = if reasons.is_empty() && approved {
+            vec![format!("allowed by grant {}", grant_ids.join(", "))]
+        } else {
+            reasons
+        };
+        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None, grant_ids, labels });
+    }
+    if approved {
+        // Approved by a grant and still denied: plain forbids win.
+        let (policy_ids, reasons) = describe(snapshot, &first_ids);
+        return Ok(Evaluation { grant_ids, ..Evaluation::deny(policy_ids, reasons) });
     }
 
+    // Step 4: would a person's approval let it through?
     let second = match evaluator.evaluate(true) {
         Ok(response) => response,
         Err(e) => return e.into_result(),
@@ -143,7 +182,13 @@ pub fn decide(
         }
         let (permit_ids, _) = describe(snapshot, &second_ids);
         let approval = approval_terms(snapshot, &in_the_way, permit_ids, config);
-        return Ok(Evaluation { outcome: Outcome::Pending, policy_ids, reasons, approval: Some(approval) });
+        return Ok(Evaluation {
+            outcome: Outcome::Pending,
+            policy_ids,
+            reasons,
+            approval: Some(approval),
+            ..Evaluation::default()
+        });
     }
 
     // Denied even with approval: a plain forbid, or nothing permits it.
@@ -169,6 +214,9 @@ pub fn decide_approved(
         Ok(evaluator) => evaluator,
         Err(denial) => return Ok(denial),
     };
+    if let Some(lock) = &facts.lock {
+        return Ok(Evaluation::deny(vec![], vec![lock.clone()]));
+    }
     let response = match evaluator.evaluate(true) {
         Ok(response) => response,
         Err(e) => return e.into_result(),
@@ -179,7 +227,8 @@ pub fn decide_approved(
     let ids: Vec<PolicyId> = response.diagnostics().reason().cloned().collect();
     let (policy_ids, mut reasons) = describe(snapshot, &ids);
     if response.decision() == CedarDecision::Allow {
-        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None });
+        let labels = labels_of(snapshot, &ids);
+        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, labels, ..Evaluation::default() });
     }
     if ids.is_empty() {
         reasons.push(no_permit(request));
@@ -259,6 +308,23 @@ impl<'a> Evaluator<'a> {
             entities,
             now: cedar_datetime(now),
         }))
+    }
+
+    /// The grants (of the request's user) that match this request. An
+    /// erroring grant denies, like any erroring policy.
+    fn matching_grants(&self, facts: &SessionFacts) -> Result<Vec<String>, Evaluation> {
+        let Some(grants) = &facts.grants else { return Ok(vec![]) };
+        let request = self.request(false).map_err(|e| match e.into_result() {
+            Ok(denial) => denial,
+            Err(invalid) => Evaluation::deny(vec![], vec![invalid.to_string()]),
+        })?;
+        let response = Authorizer::new().is_authorized(&request, &grants.policies, &self.entities);
+        if let Some(error) = response.diagnostics().errors().next() {
+            return Err(Evaluation::deny(vec![], vec![format!("a grant could not be evaluated, so the request is denied: {error}")]));
+        }
+        let mut ids: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
+        ids.sort();
+        Ok(ids)
     }
 
     fn evaluate(&self, approved: bool) -> Result<Response, RequestError> {
@@ -341,6 +407,19 @@ fn approval_terms(
     let approvers: BTreeSet<String> = metas.iter().filter_map(|m| m.approvers.clone()).collect();
     let timeout = metas.iter().filter_map(|m| m.timeout).min().unwrap_or(config.default_approval_timeout);
     ApprovalTerms { approvers: approvers.into_iter().collect(), timeout, permit_ids }
+}
+
+/// The `@label`s of the policies `ids`.
+fn labels_of(snapshot: &PolicySnapshot, ids: &[PolicyId]) -> Vec<String> {
+    let labels: BTreeSet<String> = ids.iter().filter_map(|id| snapshot.meta(id)).filter_map(|m| m.label.clone()).collect();
+    labels.into_iter().collect()
+}
+
+/// [`cedar_datetime`] of nanoseconds since the Unix epoch (clamped to the
+/// range Cedar and `time` accept).
+pub fn cedar_datetime_ns(unix_ns: i64) -> String {
+    let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns)).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    cedar_datetime(at)
 }
 
 /// Cedar's datetime form, in UTC with milliseconds: `2026-05-10T12:00:00.000Z`.

@@ -14,7 +14,8 @@ use warden_proto::v1 as pb;
 use crate::auth::{Caller, Credentials, Role};
 use crate::decision::Outcome;
 use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
-use crate::service::{CallError, Monitor, Resolution};
+use crate::grants::Grant;
+use crate::service::{CallError, GrantRequest, LockOutcome, LockTarget, Monitor, Resolution, SessionView};
 use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
 
 /// Checks the bearer token of every call to one service: unknown or missing
@@ -243,6 +244,74 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
+    async fn create_grant(&self, request: Request<pb::CreateGrantRequest>) -> Result<Response<pb::Grant>, Status> {
+        let caller = caller(&request)?;
+        let m = request.into_inner();
+        let grant = self
+            .monitor
+            .create_grant(
+                &caller.name,
+                GrantRequest {
+                    user: m.user,
+                    session: m.session,
+                    agent: m.agent,
+                    actions: m.actions,
+                    resource_scope: m.resource_scope,
+                    ttl_seconds: m.ttl_seconds,
+                    reason: m.reason,
+                },
+            )
+            .await?;
+        Ok(Response::new(grant_to_proto(grant)))
+    }
+
+    async fn revoke_grant(&self, request: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::RevokeGrantResponse>, Status> {
+        let caller = caller(&request)?;
+        let grant = self.monitor.revoke_grant(&caller.name, &request.into_inner().grant_id).await?;
+        Ok(Response::new(pb::RevokeGrantResponse { grant: Some(grant_to_proto(grant)) }))
+    }
+
+    async fn list_grants(&self, request: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsResponse>, Status> {
+        let m = request.into_inner();
+        let grants = self
+            .monitor
+            .list_grants(&m.user, &m.session)
+            .into_iter()
+            .map(|(grant, policy)| pb::Grant { policy, ..grant_to_proto(grant) })
+            .collect();
+        Ok(Response::new(pb::ListGrantsResponse { grants }))
+    }
+
+    async fn lock_session(&self, request: Request<pb::LockSessionRequest>) -> Result<Response<pb::LockResponse>, Status> {
+        let caller = caller(&request)?;
+        let m = request.into_inner();
+        let outcome =
+            self.monitor.lock(&caller, LockTarget { session: m.session, user: m.user, agent: m.agent }, &m.reason).await?;
+        Ok(Response::new(lock_to_proto(outcome)))
+    }
+
+    async fn unlock_session(&self, request: Request<pb::UnlockSessionRequest>) -> Result<Response<pb::LockResponse>, Status> {
+        let caller = caller(&request)?;
+        let m = request.into_inner();
+        let outcome = self.monitor.unlock(&caller, LockTarget { session: m.session, user: m.user, agent: m.agent }).await?;
+        Ok(Response::new(lock_to_proto(outcome)))
+    }
+
+    async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {
+        let view = self.monitor.session(&request.into_inner().session)?;
+        Ok(Response::new(session_to_proto(view)))
+    }
+
+    async fn clear_session_labels(
+        &self,
+        request: Request<pb::ClearSessionLabelsRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let caller = caller(&request)?;
+        let m = request.into_inner();
+        let view = self.monitor.clear_labels(&caller, &m.session, &m.reason).await?;
+        Ok(Response::new(session_to_proto(view)))
+    }
+
     async fn verify_audit(
         &self,
         _request: Request<pb::VerifyAuditRequest>,
@@ -364,6 +433,37 @@ impl pb::approvals_server::Approvals for ApprovalsService {
         };
         let approval = tracing::Instrument::instrument(self.monitor.resolve(&caller, resolution), span).await?;
         Ok(Response::new(approval_to_proto(approval)))
+    }
+}
+
+fn grant_to_proto(grant: Grant) -> pb::Grant {
+    pb::Grant {
+        grant_id: grant.grant_id,
+        user: grant.user,
+        session: grant.session,
+        agent: grant.agent,
+        actions: grant.actions,
+        resource_scope: grant.resource_scope,
+        expires_at: Some(timestamp(grant.expires_unix_ns)),
+        reason: grant.reason,
+        created_by: grant.created_by,
+        created_at: Some(timestamp(grant.created_unix_ns)),
+        policy: String::new(),
+    }
+}
+
+fn lock_to_proto(outcome: LockOutcome) -> pb::LockResponse {
+    pb::LockResponse { target: outcome.target, locked: outcome.locked, denied_approvals: outcome.denied_approvals }
+}
+
+fn session_to_proto(view: SessionView) -> pb::Session {
+    pb::Session {
+        session: view.record.session,
+        user: view.record.user,
+        agent: view.record.agent,
+        labels: view.record.labels.into_iter().collect(),
+        locked: view.lock.is_some(),
+        locked_reason: view.lock.unwrap_or_default(),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod config;
 pub mod decision;
 pub mod duration;
+pub mod grants;
 pub mod grpc;
 pub mod normalize;
 pub mod policy;

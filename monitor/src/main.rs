@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 use warden_monitor::config::{FileConfig, LogFormat, Overrides, Settings, load_or_create_credentials};
 use warden_monitor::decision::DecisionConfig;
 use warden_monitor::server::{ServerConfig, start_with_signal};
+use warden_monitor::service::{MonitorConfig, system_clock};
 
 /// The Warden monitor: the authority that AI-agent harnesses ask before an
 /// agent acts.
@@ -108,7 +109,11 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         policies: settings.policies.clone(),
         data: settings.data.clone(),
         credentials: setup.credentials,
-        decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },
+        monitor: MonitorConfig {
+            decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },
+            max_grant: settings.max_grant_duration,
+            clock: system_clock(),
+        },
     };
     let server = start_with_signal(config, listener, stop_signal()).await?;
     println!(

@@ -236,7 +236,7 @@ pub fn check_case(
             serde_json::Value::Object(case.context.clone()).to_string()
         },
     };
-    let facts = SessionFacts { labels: case.labels.clone(), harness: "policy-test".into() };
+    let facts = SessionFacts { labels: case.labels.clone(), harness: "policy-test".into(), ..SessionFacts::default() };
     let decided = normalize(&input).and_then(|request| decide(snapshot, &request, &facts, now, config));
     let evaluation = match decided {
         Err(invalid) => {

@@ -12,10 +12,9 @@ use tokio::task::JoinHandle;
 
 use crate::auth::{CredentialConfig, CredentialError, Credentials};
 use crate::config::STORE_DIR;
-use crate::decision::DecisionConfig;
 use crate::grpc;
 use crate::policy::{LoadError, PolicySnapshot};
-use crate::service::{Monitor, Shutdown};
+use crate::service::{Monitor, MonitorConfig, Shutdown};
 use crate::store::{Store, StoreError};
 
 /// How long shutdown waits for connected clients before closing anyway.
@@ -58,7 +57,7 @@ pub enum ServerError {
 }
 
 /// What the server needs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerConfig {
     /// Policy folder.
     pub policies: PathBuf,
@@ -66,8 +65,8 @@ pub struct ServerConfig {
     pub data: PathBuf,
     /// Accepted credentials.
     pub credentials: Vec<CredentialConfig>,
-    /// Decision settings.
-    pub decision: DecisionConfig,
+    /// Decision, grant and clock settings.
+    pub monitor: MonitorConfig,
 }
 
 /// A monitor serving on a listener.
@@ -134,7 +133,9 @@ pub async fn start_with_signal(
     );
     let (shutdown_switch, shutdown) = Shutdown::new();
     let shutdown_signal = shutdown.clone();
-    let monitor = Arc::new(Monitor::new(snapshot, store, config.decision.clone(), shutdown));
+    let monitor = Monitor::new(snapshot, store, config.monitor.clone(), shutdown)
+        .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
+    let monitor = Arc::new(monitor);
 
     let (router, health) = grpc::router(&monitor, &credentials).await.map_err(ServerError::Reflection)?;
     // Approvals past their deadline are denied even when nobody asks.

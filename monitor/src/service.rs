@@ -3,6 +3,7 @@
 //! expire them, read and verify the audit log. The gRPC layer converts to and
 //! from these types.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -11,12 +12,13 @@ use time::OffsetDateTime;
 use tokio::sync::broadcast;
 
 use crate::auth::Caller;
-use crate::decision::{DecisionConfig, Outcome, SessionFacts, decide, decide_approved};
-use crate::normalize::{InvalidInput, RequestInput, limits, normalize};
+use crate::decision::{DecisionConfig, Evaluation, Outcome, SessionFacts, decide, decide_approved};
+use crate::grants::{Grant, GrantBook, Scope, compile, parse_scope};
+use crate::normalize::{Actor, InvalidInput, RequestInput, limits, normalize};
 use crate::policy::PolicySnapshot;
 use crate::store::{
-    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, Commit, Committed, DecisionRecord, Guard, Store,
-    StoreError, VerifyReport,
+    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, Commit, Committed, DecisionRecord, GrantChange, Guard,
+    Lock, LockChange, SessionChange, SessionRecord, Store, StoreError, VerifyReport,
 };
 
 /// The longest an `AwaitDecision` call blocks.
@@ -80,18 +82,163 @@ pub struct Resolution {
     pub request_hash: String,
 }
 
+/// The clock the monitor decides by; tests move it.
+pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// Settings of the monitor beyond the policies.
+#[derive(Clone)]
+pub struct MonitorConfig {
+    /// Decision settings.
+    pub decision: DecisionConfig,
+    /// The longest a grant may last.
+    pub max_grant: Duration,
+    /// The clock.
+    pub clock: Clock,
+}
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        Self { decision: DecisionConfig::default(), max_grant: Duration::from_secs(7 * 86_400), clock: system_clock() }
+    }
+}
+
+/// A grant to create, as an admin (or an approver, for a window) asks.
+#[derive(Debug, Clone, Default)]
+pub struct GrantRequest {
+    /// Whose sessions.
+    pub user: String,
+    /// Only this session.
+    pub session: String,
+    /// Only this agent kind.
+    pub agent: String,
+    /// Actions.
+    pub actions: Vec<String>,
+    /// `KIND:ID`.
+    pub resource_scope: String,
+    /// How long.
+    pub ttl_seconds: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// What a lock targets: exactly one of session, user, agent.
+#[derive(Debug, Clone, Default)]
+pub struct LockTarget {
+    /// A session id.
+    pub session: String,
+    /// A user.
+    pub user: String,
+    /// An agent kind.
+    pub agent: String,
+}
+
+impl LockTarget {
+    fn key(&self) -> Result<String, InvalidInput> {
+        let set: Vec<(&str, &String)> =
+            [("session", &self.session), ("user", &self.user), ("agent", &self.agent)].into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        match set.as_slice() {
+            [(kind, id)] => {
+                if id.len() > limits::ID_BYTES || id.chars().any(char::is_control) {
+                    return Err(InvalidInput::new(*kind, "is not a valid id"));
+                }
+                Ok(format!("{kind}:{id}"))
+            }
+            [] => Err(InvalidInput::new("session", "give one of session, user or agent")),
+            _ => Err(InvalidInput::new("session", "give only one of session, user or agent")),
+        }
+    }
+}
+
+/// A session as an admin sees it.
+#[derive(Debug, Clone, Default)]
+pub struct SessionView {
+    /// The record (labels, user, agent).
+    pub record: SessionRecord,
+    /// Why it is locked, if it is.
+    pub lock: Option<String>,
+}
+
+/// The result of a lock or unlock.
+#[derive(Debug, Clone, Default)]
+pub struct LockOutcome {
+    /// `session:ID`, `user:ID` or `agent:ID`.
+    pub target: String,
+    /// Locked now.
+    pub locked: bool,
+    /// Pending approvals denied by the lock.
+    pub denied_approvals: Vec<String>,
+}
+
 /// The monitor's state shared by every call.
 pub struct Monitor {
     snapshot: RwLock<Arc<PolicySnapshot>>,
     store: Store,
-    decision: DecisionConfig,
+    config: MonitorConfig,
+    grants: RwLock<GrantBook>,
+    locks: RwLock<HashMap<String, Lock>>,
+    /// Serializes admin changes to grants and locks with their in-memory copies.
+    admin: tokio::sync::Mutex<()>,
     shutdown: Shutdown,
 }
 
+/// A read of a lock that a panicking writer left poisoned is still whole.
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Monitor {
-    /// A monitor deciding with `snapshot` and recording in `store`.
-    pub fn new(snapshot: PolicySnapshot, store: Store, decision: DecisionConfig, shutdown: Shutdown) -> Self {
-        Self { snapshot: RwLock::new(Arc::new(snapshot)), store, decision, shutdown }
+    /// A monitor deciding with `snapshot` and recording in `store`, with the
+    /// grants and locks the store holds.
+    pub fn new(snapshot: PolicySnapshot, store: Store, config: MonitorConfig, shutdown: Shutdown) -> Result<Self, StoreError> {
+        let (grants, problems) = GrantBook::load(store.grants()?, &snapshot);
+        for (grant_id, problem) in problems {
+            tracing::warn!(%grant_id, %problem, "a stored grant no longer fits the policies and does not apply");
+        }
+        let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
+        Ok(Self {
+            snapshot: RwLock::new(Arc::new(snapshot)),
+            store,
+            config,
+            grants: RwLock::new(grants),
+            locks: RwLock::new(locks),
+            admin: tokio::sync::Mutex::new(()),
+            shutdown,
+        })
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        (self.config.clock)()
+    }
+
+    /// What the decision needs to know of the session beyond the request.
+    fn facts(&self, actor: &Actor, harness: &str) -> Result<SessionFacts, StoreError> {
+        let labels = self.store.session(&actor.session)?.map(|record| record.labels).unwrap_or_default();
+        Ok(SessionFacts {
+            labels,
+            harness: harness.to_owned(),
+            grants: read(&self.grants).for_user(&actor.user),
+            lock: self.lock_of(&actor.session, &actor.user, &actor.agent),
+        })
+    }
+
+    /// Why the session, its user or its agent kind is locked.
+    fn lock_of(&self, session: &str, user: &str, agent: &str) -> Option<String> {
+        let locks = read(&self.locks);
+        [("session", session), ("user", user), ("agent", agent)].into_iter().find_map(|(kind, id)| {
+            locks.get(&format!("{kind}:{id}")).map(|lock| {
+                let why = if lock.reason.is_empty() { String::new() } else { format!(": {}", lock.reason) };
+                format!("{kind} `{id}` is locked by `{}`{why}", lock.locked_by)
+            })
+        })
     }
 
     /// The shutdown signal.
@@ -125,8 +272,8 @@ impl Monitor {
             )));
         }
         let request_hash = request_hash(&input);
-        let now = OffsetDateTime::now_utc();
         let snapshot = self.snapshot();
+        let now = self.now();
         if !input.request_id.is_empty()
             && let Some(earlier) = self.store.remembered(&caller.name, &input.request_id)?
             && earlier.replayable(unix_ns(now), &snapshot.version)
@@ -137,8 +284,8 @@ impl Monitor {
             return self.current(earlier.decision).await;
         }
         let request = normalize(&input)?;
-        let facts = SessionFacts { labels: Default::default(), harness: caller.name.clone() };
-        let evaluation = decide(&snapshot, &request, &facts, now, &self.decision)?;
+        let facts = self.facts(&request.actor, &caller.name)?;
+        let evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
 
         let request_id = if input.request_id.is_empty() {
             format!("wdn-{}", uuid::Uuid::new_v4())
@@ -161,11 +308,18 @@ impl Monitor {
             reasons: evaluation.reasons.clone(),
             approval_id: approval_id.clone(),
             expires_at_unix_ns: expires,
-            grant_ids: vec![],
+            grant_ids: evaluation.grant_ids.clone(),
             policy_version: snapshot.version.clone(),
             audit_seq: 0,
             resolved_by: String::new(),
             note: String::new(),
+        };
+        let labels = if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] };
+        let session = SessionChange::Touch {
+            session: request.actor.session.clone(),
+            user: request.actor.user.clone(),
+            agent: request.actor.agent.clone(),
+            add: labels,
         };
         let approval = evaluation.approval.as_ref().map(|terms| ApprovalRecord {
             approval_id: approval_id.clone(),
@@ -197,7 +351,7 @@ impl Monitor {
             resource: request.resource.display_uid(),
             request: serde_json::to_string(&request).unwrap_or_default(),
             outcome: evaluation.outcome.as_str().into(),
-            policy_ids: evaluation.policy_ids,
+            policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
             reasons: evaluation.reasons,
             policy_version: snapshot.version.clone(),
             request_id: request_id.clone(),
@@ -214,7 +368,8 @@ impl Monitor {
                 policy_version: snapshot.version.clone(),
             }
         };
-        match self.store.commit(Commit { entry, guard, decision: Some(decision), approval }).await? {
+        let commit = Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) };
+        match self.store.commit(commit).await? {
             Committed::New { decision: Some(decision), .. } => {
                 tracing::info!(
                     outcome = decision.outcome.as_str(),
@@ -327,18 +482,37 @@ impl Monitor {
                 InvalidInput::new("note", format!("is longer than {} bytes", limits::JUSTIFICATION_BYTES)).into()
             );
         }
-        if resolution.grant_for_seconds > 0 {
-            return Err(InvalidInput::new(
-                "grant_for_seconds",
-                "approving for a time window needs grants, which this monitor does not have yet: use 0",
-            )
-            .into());
-        }
-        if !resolution.grant_scope.is_empty() {
+        let parent = match resolution.grant_scope.as_str() {
+            "" | "exact" => false,
+            "parent" => true,
+            other => {
+                return Err(InvalidInput::new("grant_scope", format!("`{other}` is not `exact` or `parent`")).into());
+            }
+        };
+        if resolution.grant_for_seconds == 0 && !resolution.grant_scope.is_empty() {
             return Err(InvalidInput::new("grant_scope", "is only used with grant_for_seconds").into());
         }
+        if resolution.grant_for_seconds > 0 && !resolution.approve {
+            return Err(InvalidInput::new("grant_for_seconds", "a window comes only with an approval").into());
+        }
+        self.check_ttl("grant_for_seconds", resolution.grant_for_seconds)?;
         let Some(approval) = self.store.approval(&resolution.approval_id)? else {
             return Err(CallError::NotFound(format!("approval `{}` does not exist", resolution.approval_id)));
+        };
+        // The window's grant, checked before anything is resolved.
+        let window = if resolution.grant_for_seconds > 0 {
+            let scope = Scope::of_resource(&approval.request.resource, parent)?;
+            Some(GrantRequest {
+                user: approval.request.actor.user.clone(),
+                session: approval.request.actor.session.clone(),
+                agent: String::new(),
+                actions: vec![approval.request.action.clone()],
+                resource_scope: scope.canonical(),
+                ttl_seconds: resolution.grant_for_seconds,
+                reason: format!("approved for a window by `{}` ({}): {}", caller.name, approval.approval_id, resolution.note),
+            })
+        } else {
+            None
         };
         if !resolution.request_hash.is_empty() && resolution.request_hash != approval.request_hash {
             return Err(CallError::FailedPrecondition(format!(
@@ -357,24 +531,24 @@ impl Monitor {
                 caller.name
             )));
         }
-        let now = OffsetDateTime::now_utc();
+        let now = self.now();
         if unix_ns(now) >= approval.expires_unix_ns {
             let expired = self.expire(approval).await?;
             return Err(not_pending(&expired));
         }
         let snapshot = self.snapshot();
+        if let Some(window) = &window {
+            self.compile_grant(window, &caller.name, now, &snapshot)?;
+        }
+        let mut labels = vec![];
         let (state, outcome, policy_ids, reasons, kind) = if resolution.approve {
-            let facts = SessionFacts { labels: Default::default(), harness: approval.harness.clone() };
+            let facts = self.facts(&approval.request.actor, &approval.harness)?;
             // A request the policies of this moment cannot even read (its
             // action or context no longer fits the schema) is not approvable.
             let evaluation = decide_approved(&snapshot, &approval.request, &facts, now).unwrap_or_else(|invalid| {
-                crate::decision::Evaluation {
-                    outcome: Outcome::Deny,
-                    policy_ids: vec![],
-                    reasons: vec![format!("the request no longer fits the policy schema: {invalid}")],
-                    approval: None,
-                }
+                Evaluation::deny(vec![], vec![format!("the request no longer fits the policy schema: {invalid}")])
             });
+            labels = evaluation.labels.clone();
             match evaluation.outcome {
                 Outcome::Allow => {
                     let mut reasons = evaluation.reasons;
@@ -395,16 +569,24 @@ impl Monitor {
             reasons.push(format!("denied by `{}`", caller.name));
             (ApprovalState::Denied, Outcome::Deny, approval.policy_ids.clone(), reasons, "approval.denied")
         };
+        let actor = approval.request.actor.clone();
         let resolved =
             finish(approval, state, outcome, policy_ids, reasons, &caller.name, &resolution.note, now, &snapshot);
-        let committed = self.commit_resolution(resolved, kind, &caller.name).await?;
+        let session = SessionChange::Touch { session: actor.session, user: actor.user, agent: actor.agent, add: labels };
+        let committed = self.commit_resolution(resolved, kind, &caller.name, Some(session)).await?;
         tracing::info!(approval_id = %committed.approval_id, state = committed.state.as_str(), by = %caller.name, "resolved");
+        if committed.state == ApprovalState::Approved
+            && let Some(window) = window
+        {
+            let grant = self.create_grant(&caller.name, window).await?;
+            tracing::info!(grant_id = %grant.grant_id, approval_id = %committed.approval_id, "approved for a window");
+        }
         Ok(committed)
     }
 
     /// Denies an approval whose deadline passed, audited.
     async fn expire(&self, approval: ApprovalRecord) -> Result<ApprovalRecord, CallError> {
-        let now = OffsetDateTime::now_utc();
+        let now = self.now();
         let deadline = format_time(approval.expires_unix_ns);
         let mut reasons = approval.reasons.clone();
         reasons.push(format!("no approver answered before {deadline}"));
@@ -412,7 +594,7 @@ impl Monitor {
         let policy_ids = approval.policy_ids.clone();
         let expired =
             finish(approval, ApprovalState::Expired, Outcome::Deny, policy_ids, reasons, "", "", now, &snapshot);
-        self.commit_resolution(expired, "approval.expired", "monitor").await
+        self.commit_resolution(expired, "approval.expired", "monitor", None).await
     }
 
     /// Records a resolution if the approval is still pending; a concurrent
@@ -422,6 +604,7 @@ impl Monitor {
         approval: ApprovalRecord,
         kind: &str,
         caller: &str,
+        session: Option<SessionChange>,
     ) -> Result<ApprovalRecord, CallError> {
         let decision = &approval.decision;
         let entry = AuditEntry {
@@ -440,7 +623,7 @@ impl Monitor {
             approval_id: approval.approval_id.clone(),
         };
         let guard = Guard::StillPending { approval_id: approval.approval_id.clone() };
-        match self.store.commit(Commit { entry, guard, decision: None, approval: Some(approval) }).await? {
+        match self.store.commit(Commit { guard, approval: Some(approval), session, ..Commit::record(entry) }).await? {
             Committed::New { approval: Some(approval), .. } => Ok(*approval),
             Committed::NotPending(current) => Err(not_pending(&current)),
             other => Err(unexpected(other)),
@@ -457,7 +640,14 @@ impl Monitor {
                 _ = tick.tick() => {}
                 () = shutdown.stopped() => return,
             }
-            let due = match self.store.pending_until(unix_ns(OffsetDateTime::now_utc())) {
+            let now = unix_ns(self.now());
+            let expired_grants: Vec<Grant> = read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
+            for grant in expired_grants {
+                if let Err(e) = self.remove_grant(&grant, "grant.expired", "monitor").await {
+                    tracing::error!(grant_id = %grant.grant_id, error = %e, "cannot remove an expired grant");
+                }
+            }
+            let due = match self.store.pending_until(now) {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read pending approvals");
@@ -476,6 +666,219 @@ impl Monitor {
         }
     }
 
+    fn check_ttl(&self, field: &str, seconds: u64) -> Result<(), InvalidInput> {
+        if seconds > self.config.max_grant.as_secs() {
+            return Err(InvalidInput::new(
+                field,
+                format!(
+                    "{} is longer than the longest grant this monitor allows ({})",
+                    crate::duration::format_duration(Duration::from_secs(seconds)),
+                    crate::duration::format_duration(self.config.max_grant)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a grant request and compiles its policy.
+    fn compile_grant(
+        &self,
+        request: &GrantRequest,
+        created_by: &str,
+        now: OffsetDateTime,
+        snapshot: &PolicySnapshot,
+    ) -> Result<(Grant, cedar_policy::Policy), CallError> {
+        if request.user.trim().is_empty() {
+            return Err(InvalidInput::new("user", "is required").into());
+        }
+        for (field, value) in [("user", &request.user), ("session", &request.session), ("agent", &request.agent)] {
+            if value.len() > limits::ID_BYTES || value.chars().any(char::is_control) {
+                return Err(InvalidInput::new(field, "is not a valid id").into());
+            }
+        }
+        if request.actions.is_empty() {
+            return Err(InvalidInput::new("actions", "name at least one action").into());
+        }
+        for action in &request.actions {
+            if !snapshot.actions.contains_key(action) {
+                return Err(InvalidInput::new("actions", format!("`{action}` is not an action of the policy schema")).into());
+            }
+        }
+        if request.ttl_seconds == 0 {
+            return Err(InvalidInput::new("ttl_seconds", "must be more than zero").into());
+        }
+        self.check_ttl("ttl_seconds", request.ttl_seconds)?;
+        if request.reason.len() > limits::JUSTIFICATION_BYTES || request.reason.chars().any(|c| c.is_control() && c != '\n') {
+            return Err(InvalidInput::new("reason", "is too long or has control characters").into());
+        }
+        let scope = parse_scope(&request.resource_scope)?;
+        let now_ns = unix_ns(now);
+        let ttl_ns = i64::try_from(request.ttl_seconds).unwrap_or(i64::MAX).saturating_mul(1_000_000_000);
+        let grant = Grant {
+            grant_id: format!("grt-{}", uuid::Uuid::new_v4()),
+            user: request.user.clone(),
+            session: request.session.clone(),
+            agent: request.agent.clone(),
+            actions: request.actions.clone(),
+            resource_scope: scope.canonical(),
+            expires_unix_ns: now_ns.saturating_add(ttl_ns),
+            reason: request.reason.clone(),
+            created_by: created_by.to_owned(),
+            created_unix_ns: now_ns,
+        };
+        let policy = compile(&grant, snapshot)?;
+        Ok((grant, policy))
+    }
+
+    /// Creates a grant: its permit applies from the very next request.
+    pub async fn create_grant(&self, created_by: &str, request: GrantRequest) -> Result<Grant, CallError> {
+        let snapshot = self.snapshot();
+        let (grant, policy) = self.compile_grant(&request, created_by, self.now(), &snapshot)?;
+        let _admin = self.admin.lock().await;
+        let entry = grant_entry(&grant, "grant.created", created_by, vec![grant.reason.clone()], &snapshot);
+        self.store.commit(Commit { grant: Some(GrantChange::Put(grant.clone())), ..Commit::record(entry) }).await?;
+        write(&self.grants).insert(grant.clone(), policy);
+        tracing::info!(grant_id = %grant.grant_id, user = %grant.user, scope = %grant.resource_scope, "grant created");
+        Ok(grant)
+    }
+
+    /// Revokes a grant: the very next request no longer sees it.
+    pub async fn revoke_grant(&self, caller: &str, grant_id: &str) -> Result<Grant, CallError> {
+        let grant = read(&self.grants).get(grant_id).cloned();
+        let Some(grant) = grant else {
+            return Err(CallError::NotFound(format!("grant `{grant_id}` does not exist (or has expired)")));
+        };
+        self.remove_grant(&grant, "grant.revoked", caller).await?;
+        Ok(grant)
+    }
+
+    async fn remove_grant(&self, grant: &Grant, kind: &str, caller: &str) -> Result<(), CallError> {
+        let _admin = self.admin.lock().await;
+        if read(&self.grants).get(&grant.grant_id).is_none() {
+            return Ok(());
+        }
+        let snapshot = self.snapshot();
+        let entry = grant_entry(grant, kind, caller, vec![], &snapshot);
+        self.store.commit(Commit { grant: Some(GrantChange::Remove(grant.grant_id.clone())), ..Commit::record(entry) }).await?;
+        write(&self.grants).remove(&grant.grant_id);
+        Ok(())
+    }
+
+    /// Active grants, optionally of one user or session, soonest expiry first.
+    pub fn list_grants(&self, user: &str, session: &str) -> Vec<(Grant, String)> {
+        let now = unix_ns(self.now());
+        let book = read(&self.grants);
+        let mut grants: Vec<(Grant, String)> = book
+            .all()
+            .filter(|g| g.expires_unix_ns > now)
+            .filter(|g| user.is_empty() || g.user == user)
+            .filter(|g| session.is_empty() || g.session == session)
+            .map(|g| {
+                let text = parse_scope(&g.resource_scope).map(|scope| crate::grants::grant_policy(g, &scope)).unwrap_or_default();
+                (g.clone(), text)
+            })
+            .collect();
+        grants.sort_by(|a, b| a.0.expires_unix_ns.cmp(&b.0.expires_unix_ns).then(a.0.grant_id.cmp(&b.0.grant_id)));
+        grants
+    }
+
+    /// Locks a session, a user or an agent kind: every later request is
+    /// denied, and so is every approval now pending for it.
+    pub async fn lock(&self, caller: &Caller, target: LockTarget, reason: &str) -> Result<LockOutcome, CallError> {
+        let key = target.key()?;
+        if reason.len() > limits::JUSTIFICATION_BYTES || reason.chars().any(char::is_control) {
+            return Err(InvalidInput::new("reason", "is too long or has control characters").into());
+        }
+        let lock = Lock { target: key.clone(), reason: reason.to_owned(), locked_by: caller.name.clone(), locked_unix_ns: unix_ns(self.now()) };
+        {
+            let _admin = self.admin.lock().await;
+            let entry = AuditEntry {
+                time_unix_ns: lock.locked_unix_ns,
+                kind: "lock".into(),
+                caller: caller.name.clone(),
+                resource: key.clone(),
+                reasons: vec![reason.to_owned()],
+                policy_version: self.snapshot().version.clone(),
+                ..AuditEntry::default()
+            };
+            self.store.commit(Commit { lock: Some(LockChange::Put(lock.clone())), ..Commit::record(entry) }).await?;
+            write(&self.locks).insert(key.clone(), lock);
+        }
+        let mut denied = Vec::new();
+        for approval in self.store.pending()? {
+            let actor = &approval.request.actor;
+            let Some(why) = self.lock_of(&actor.session, &actor.user, &actor.agent) else { continue };
+            let id = approval.approval_id.clone();
+            let mut reasons = approval.reasons.clone();
+            reasons.push(why);
+            let snapshot = self.snapshot();
+            let policy_ids = approval.policy_ids.clone();
+            let ended = finish(approval, ApprovalState::Denied, Outcome::Deny, policy_ids, reasons, &caller.name, "", self.now(), &snapshot);
+            match self.commit_resolution(ended, "approval.denied", &caller.name, None).await {
+                Ok(_) => denied.push(id),
+                Err(CallError::FailedPrecondition(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(LockOutcome { target: key, locked: true, denied_approvals: denied })
+    }
+
+    /// Lifts a lock.
+    pub async fn unlock(&self, caller: &Caller, target: LockTarget) -> Result<LockOutcome, CallError> {
+        let key = target.key()?;
+        let _admin = self.admin.lock().await;
+        if !read(&self.locks).contains_key(&key) {
+            return Err(CallError::FailedPrecondition(format!("`{key}` is not locked")));
+        }
+        let entry = AuditEntry {
+            time_unix_ns: unix_ns(self.now()),
+            kind: "unlock".into(),
+            caller: caller.name.clone(),
+            resource: key.clone(),
+            policy_version: self.snapshot().version.clone(),
+            ..AuditEntry::default()
+        };
+        self.store.commit(Commit { lock: Some(LockChange::Remove(key.clone())), ..Commit::record(entry) }).await?;
+        write(&self.locks).remove(&key);
+        Ok(LockOutcome { target: key, locked: false, denied_approvals: vec![] })
+    }
+
+    /// What is known of a session: its labels and whether it is locked.
+    pub fn session(&self, session: &str) -> Result<SessionView, CallError> {
+        if session.trim().is_empty() {
+            return Err(InvalidInput::new("session", "must not be empty").into());
+        }
+        let record = self.store.session(session)?;
+        let lock = match &record {
+            Some(r) => self.lock_of(session, &r.user, &r.agent),
+            None => self.lock_of(session, "", ""),
+        };
+        match record {
+            Some(record) => Ok(SessionView { record, lock }),
+            None if lock.is_some() => Ok(SessionView { record: SessionRecord { session: session.to_owned(), ..SessionRecord::default() }, lock }),
+            None => Err(CallError::NotFound(format!("session `{session}` has never asked"))),
+        }
+    }
+
+    /// Drops a session's labels (audited).
+    pub async fn clear_labels(&self, caller: &Caller, session: &str, reason: &str) -> Result<SessionView, CallError> {
+        let before = self.session(session)?;
+        let entry = AuditEntry {
+            time_unix_ns: unix_ns(self.now()),
+            kind: "session.labels-cleared".into(),
+            caller: caller.name.clone(),
+            actor: Some(Actor { user: before.record.user.clone(), agent: before.record.agent.clone(), session: session.to_owned() }),
+            reasons: vec![
+                format!("labels were: {}", before.record.labels.iter().cloned().collect::<Vec<_>>().join(", ")),
+                reason.to_owned(),
+            ],
+            policy_version: self.snapshot().version.clone(),
+            ..AuditEntry::default()
+        };
+        self.store.commit(Commit { session: Some(SessionChange::ClearLabels { session: session.to_owned() }), ..Commit::record(entry) }).await?;
+        self.session(session)
+    }
+
     /// The first record to send for the newest `count`, or for all.
     pub fn audit_start(&self, count: u64, all: bool) -> Result<u64, CallError> {
         let last = self.store.last_seq()?;
@@ -485,6 +888,23 @@ impl Monitor {
     /// Walks the audit chain.
     pub fn verify_audit(&self) -> VerifyReport {
         self.store.verify()
+    }
+}
+
+/// The audit entry of a grant change.
+fn grant_entry(grant: &Grant, kind: &str, caller: &str, reasons: Vec<String>, snapshot: &PolicySnapshot) -> AuditEntry {
+    AuditEntry {
+        time_unix_ns: grant.created_unix_ns.max(0),
+        kind: kind.into(),
+        caller: caller.into(),
+        actor: Some(Actor { user: grant.user.clone(), agent: grant.agent.clone(), session: grant.session.clone() }),
+        action: grant.actions.join(","),
+        resource: grant.resource_scope.clone(),
+        request: serde_json::json!({ "grant_id": grant.grant_id, "expires_unix_ns": grant.expires_unix_ns }).to_string(),
+        policy_ids: vec![grant.grant_id.clone()],
+        reasons,
+        policy_version: snapshot.version.clone(),
+        ..AuditEntry::default()
     }
 }
 

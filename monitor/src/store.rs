@@ -16,6 +16,7 @@ use sled::Transactional;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::decision::Outcome;
+use crate::grants::Grant;
 use crate::normalize::{Actor, NormalizedRequest, RequestInput};
 
 /// How long a decision is replayed for its request id. After it, or once the
@@ -256,6 +257,72 @@ pub struct ApprovalRecord {
     pub decision: DecisionRecord,
 }
 
+/// A lockdown of a session, a user or an agent kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    /// `session:ID`, `user:ID` or `agent:ID`.
+    pub target: String,
+    /// Why, for the denials it causes.
+    pub reason: String,
+    /// The admin credential that locked it.
+    pub locked_by: String,
+    /// When, nanoseconds since the Unix epoch.
+    pub locked_unix_ns: i64,
+}
+
+/// What the monitor remembers of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session id.
+    pub session: String,
+    /// Its user, as first seen.
+    pub user: String,
+    /// Its agent kind, as first seen.
+    pub agent: String,
+    /// Labels it gained, for good (until an admin clears them).
+    pub labels: std::collections::BTreeSet<String>,
+}
+
+/// A grant to store or forget.
+#[derive(Debug, Clone)]
+pub enum GrantChange {
+    /// Store (create).
+    Put(Grant),
+    /// Forget (revoke, expire).
+    Remove(String),
+}
+
+/// A lock to store or lift.
+#[derive(Debug, Clone)]
+pub enum LockChange {
+    /// Lock.
+    Put(Lock),
+    /// Unlock the target.
+    Remove(String),
+}
+
+/// A change to a session's record, merged by the writer so that concurrent
+/// requests never lose a label.
+#[derive(Debug, Clone)]
+pub enum SessionChange {
+    /// Remember the session (first sight) and add labels.
+    Touch {
+        /// The session id.
+        session: String,
+        /// Its user.
+        user: String,
+        /// Its agent kind.
+        agent: String,
+        /// Labels gained.
+        add: Vec<String>,
+    },
+    /// Drop every label.
+    ClearLabels {
+        /// The session id.
+        session: String,
+    },
+}
+
 /// A change to an approval, published after it is flushed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalEvent {
@@ -324,6 +391,19 @@ pub struct Commit {
     /// `audit_seq` and its decision's are filled in; otherwise its
     /// decision's `audit_seq` is.
     pub approval: Option<ApprovalRecord>,
+    /// A grant to store or forget.
+    pub grant: Option<GrantChange>,
+    /// A lock to store or lift.
+    pub lock: Option<LockChange>,
+    /// A change to a session's record.
+    pub session: Option<SessionChange>,
+}
+
+impl Commit {
+    /// A record with nothing else.
+    pub fn record(entry: AuditEntry) -> Self {
+        Self { entry, guard: Guard::None, decision: None, approval: None, grant: None, lock: None, session: None }
+    }
 }
 
 /// What the writer did with a commit.
@@ -337,6 +417,8 @@ pub enum Committed {
         decision: Option<DecisionRecord>,
         /// The approval as stored.
         approval: Option<Box<ApprovalRecord>>,
+        /// The session record as stored.
+        session: Option<Box<SessionRecord>>,
     },
     /// The idempotency key was already used for the same request: the
     /// decision given then, nothing appended.
@@ -384,6 +466,9 @@ struct Trees {
     requests: sled::Tree,
     approvals: sled::Tree,
     pending: sled::Tree,
+    grants: sled::Tree,
+    locks: sled::Tree,
+    sessions: sled::Tree,
 }
 
 /// Stops the writer when the monitor shuts down.
@@ -415,6 +500,12 @@ pub mod trees {
     /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
     /// approvals in deadline order.
     pub const PENDING: &str = "pending";
+    /// grant id -> [`crate::grants::Grant`] JSON.
+    pub const GRANTS: &str = "grants";
+    /// `session:ID` | `user:ID` | `agent:ID` -> [`super::Lock`] JSON.
+    pub const LOCKS: &str = "locks";
+    /// session id -> [`super::SessionRecord`] JSON.
+    pub const SESSIONS: &str = "sessions";
 }
 
 impl Store {
@@ -427,6 +518,9 @@ impl Store {
             requests: db.open_tree(trees::REQUESTS)?,
             approvals: db.open_tree(trees::APPROVALS)?,
             pending: db.open_tree(trees::PENDING)?,
+            grants: db.open_tree(trees::GRANTS)?,
+            locks: db.open_tree(trees::LOCKS)?,
+            sessions: db.open_tree(trees::SESSIONS)?,
         };
         let head = match trees.audit.last()? {
             Some((key, value)) => {
@@ -485,6 +579,32 @@ impl Store {
             .get(approval_id.as_bytes())?
             .map(|value| decode(trees::APPROVALS, approval_id.as_bytes(), &value))
             .transpose()
+    }
+
+    /// Every stored grant.
+    pub fn grants(&self) -> Result<Vec<Grant>, StoreError> {
+        self.trees.grants.iter().map(|item| {
+            let (key, value) = item?;
+            decode(trees::GRANTS, &key, &value)
+        }).collect()
+    }
+
+    /// One grant.
+    pub fn grant(&self, grant_id: &str) -> Result<Option<Grant>, StoreError> {
+        self.trees.grants.get(grant_id.as_bytes())?.map(|v| decode(trees::GRANTS, grant_id.as_bytes(), &v)).transpose()
+    }
+
+    /// Every lock.
+    pub fn locks(&self) -> Result<Vec<Lock>, StoreError> {
+        self.trees.locks.iter().map(|item| {
+            let (key, value) = item?;
+            decode(trees::LOCKS, &key, &value)
+        }).collect()
+    }
+
+    /// What is known of a session.
+    pub fn session(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.trees.sessions.get(session.as_bytes())?.map(|v| decode(trees::SESSIONS, session.as_bytes(), &v)).transpose()
     }
 
     /// Pending approvals, earliest deadline first.
@@ -707,7 +827,25 @@ impl WriteLoop {
                 }
             }
         };
-        let Commit { entry, decision, approval, .. } = commit;
+        let session = match &commit.session {
+            None => None,
+            Some(change) => {
+                let id = match change {
+                    SessionChange::Touch { session, .. } | SessionChange::ClearLabels { session } => session,
+                };
+                let current = match overlay.sessions.get(id) {
+                    Some(found) => Some(found.clone()),
+                    None => self
+                        .trees
+                        .sessions
+                        .get(id.as_bytes())?
+                        .map(|v| decode::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
+                        .transpose()?,
+                };
+                merge_session(current, change)
+            }
+        };
+        let Commit { entry, decision, approval, grant, lock, .. } = commit;
         let seq = head.seq + 1;
         let mut record = AuditRecord {
             seq,
@@ -746,7 +884,7 @@ impl WriteLoop {
             }
             _ => None,
         };
-        Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval })))
+        Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval, grant, lock, session })))
     }
 
     /// Writes a batch in one transaction over every tree.
@@ -755,15 +893,51 @@ impl WriteLoop {
             return Ok(());
         }
         let mut encoded = Vec::with_capacity(writes.len());
+        let mut others = Vec::with_capacity(writes.len());
         for write in writes {
             let record = encode(&write.record)?;
             let remembered = write.remembered.as_ref().map(|(key, r)| encode(r).map(|v| (key, v))).transpose()?;
             let approval = write.approval.as_ref().map(|a| encode(a).map(|v| (a, v))).transpose()?;
             encoded.push((write.record.seq, record, remembered, approval));
+            let grant = match &write.grant {
+                Some(GrantChange::Put(grant)) => Some((grant.grant_id.clone(), Some(encode(grant)?))),
+                Some(GrantChange::Remove(id)) => Some((id.clone(), None)),
+                None => None,
+            };
+            let lock = match &write.lock {
+                Some(LockChange::Put(lock)) => Some((lock.target.clone(), Some(encode(lock)?))),
+                Some(LockChange::Remove(target)) => Some((target.clone(), None)),
+                None => None,
+            };
+            let session = write.session.as_ref().map(|s| encode(s).map(|v| (s.session.clone(), v))).transpose()?;
+            others.push((grant, lock, session));
         }
-        let Trees { audit, requests, approvals, pending } = &self.trees;
-        (audit, requests, approvals, pending)
-            .transaction(|(audit, requests, approvals, pending)| {
+        let Trees { audit, requests, approvals, pending, grants, locks, sessions } = &self.trees;
+        (audit, requests, approvals, pending, grants, locks, sessions)
+            .transaction(|(audit, requests, approvals, pending, grants, locks, sessions)| {
+                for (grant, lock, session) in &others {
+                    match grant {
+                        Some((id, Some(value))) => {
+                            grants.insert(id.as_bytes(), value.as_slice())?;
+                        }
+                        Some((id, None)) => {
+                            grants.remove(id.as_bytes())?;
+                        }
+                        None => {}
+                    }
+                    match lock {
+                        Some((target, Some(value))) => {
+                            locks.insert(target.as_bytes(), value.as_slice())?;
+                        }
+                        Some((target, None)) => {
+                            locks.remove(target.as_bytes())?;
+                        }
+                        None => {}
+                    }
+                    if let Some((id, value)) = session {
+                        sessions.insert(id.as_bytes(), value.as_slice())?;
+                    }
+                }
                 for (seq, record, remembered, approval) in &encoded {
                     audit.insert(&seq.to_be_bytes(), record.as_slice())?;
                     if let Some((key, value)) = remembered {
@@ -793,6 +967,7 @@ impl WriteLoop {
 struct Overlay {
     requests: HashMap<Vec<u8>, Remembered>,
     approvals: HashMap<String, ApprovalRecord>,
+    sessions: HashMap<String, SessionRecord>,
 }
 
 impl Overlay {
@@ -803,6 +978,9 @@ impl Overlay {
         if let Some(approval) = &write.approval {
             self.approvals.insert(approval.approval_id.clone(), approval.clone());
         }
+        if let Some(session) = &write.session {
+            self.sessions.insert(session.session.clone(), session.clone());
+        }
     }
 }
 
@@ -811,6 +989,10 @@ struct Write {
     decision: Option<DecisionRecord>,
     remembered: Option<(Vec<u8>, Remembered)>,
     approval: Option<ApprovalRecord>,
+    grant: Option<GrantChange>,
+    lock: Option<LockChange>,
+    /// The session record to store, when it changed.
+    session: Option<SessionRecord>,
 }
 
 impl Write {
@@ -819,6 +1001,7 @@ impl Write {
             seq: self.record.seq,
             decision: self.decision.clone(),
             approval: self.approval.clone().map(Box::new),
+            session: self.session.clone().map(Box::new),
         }
     }
 }
@@ -826,6 +1009,30 @@ impl Write {
 enum Planned {
     Append(Box<Write>),
     Answer(Box<Committed>),
+}
+
+/// A session record after `change`; `None` when nothing changes.
+fn merge_session(current: Option<SessionRecord>, change: &SessionChange) -> Option<SessionRecord> {
+    match change {
+        SessionChange::Touch { session, user, agent, add } => match current {
+            None => Some(SessionRecord {
+                session: session.clone(),
+                user: user.clone(),
+                agent: agent.clone(),
+                labels: add.iter().cloned().collect(),
+            }),
+            Some(mut record) => {
+                let before = record.labels.len();
+                record.labels.extend(add.iter().cloned());
+                (record.labels.len() != before).then_some(record)
+            }
+        },
+        SessionChange::ClearLabels { session } => {
+            let mut record = current.unwrap_or_else(|| SessionRecord { session: session.clone(), ..SessionRecord::default() });
+            record.labels.clear();
+            Some(record)
+        }
+    }
 }
 
 fn pending_key(deadline_unix_ns: i64, approval_id: &str) -> Vec<u8> {
@@ -978,6 +1185,9 @@ mod tests {
                 note: String::new(),
             }),
             approval: None,
+            grant: None,
+            lock: None,
+            session: None,
         }
     }
 

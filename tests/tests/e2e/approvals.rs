@@ -163,13 +163,22 @@ async fn only_approvers_may_resolve_and_only_for_their_groups() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
-    // Windows need grants, which do not exist yet.
+    // A window longer than the monitor allows, or of an unknown scope.
     let status = release
-        .resolve(pb::ResolveRequest { grant_for_seconds: 900, ..resolve(&pending.approval_id, true, "") })
+        .resolve(pb::ResolveRequest { grant_for_seconds: 30 * 86_400, ..resolve(&pending.approval_id, true, "") })
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().starts_with("grant_for_seconds:"));
+    assert!(status.message().starts_with("grant_for_seconds:"), "{}", status.message());
+    let status = release
+        .resolve(pb::ResolveRequest {
+            grant_for_seconds: 60,
+            grant_scope: "sideways".into(),
+            ..resolve(&pending.approval_id, true, "")
+        })
+        .await
+        .unwrap_err();
+    assert!(status.message().starts_with("grant_scope:"), "{}", status.message());
     let status = release.resolve(resolve("apr-missing", true, "")).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 

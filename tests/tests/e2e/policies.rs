@@ -96,7 +96,7 @@ async fn invalid_policies_refuse_to_start_with_file_and_line() {
         policies: policies.path(),
         data: data.path().to_owned(),
         credentials: vec![],
-        decision: Default::default(),
+        monitor: Default::default(),
     };
     let Err(error) = warden_monitor::server::start(config, listener).await else {
         panic!("started with a broken policy")

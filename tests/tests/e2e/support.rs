@@ -2,6 +2,8 @@
 //! known tokens for each role, and clients for each.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tonic::service::interceptor::InterceptedService;
@@ -9,6 +11,7 @@ use tonic::transport::Channel;
 use warden_monitor::auth::{CredentialConfig, Role, hash_token};
 use warden_monitor::decision::DecisionConfig;
 use warden_monitor::server::{RunningServer, ServerConfig, start};
+use warden_monitor::service::{Clock, MonitorConfig};
 use warden_proto::v1 as pb;
 use warden_sdk::{BearerToken, Client};
 
@@ -47,6 +50,8 @@ fn hex(bytes: [u8; 32]) -> String {
 
 pub struct TestMonitor {
     server: Option<RunningServer>,
+    /// Seconds the monitor's clock runs ahead of the real one.
+    clock_offset: Arc<AtomicI64>,
     pub endpoint: String,
     pub data: tempfile::TempDir,
     pub policies: PathBuf,
@@ -61,9 +66,23 @@ impl TestMonitor {
     /// A monitor with the policies in `policies`.
     pub async fn start_with(policies: PathBuf) -> Self {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut monitor = Self { server: None, endpoint: String::new(), data, policies };
+        let mut monitor =
+            Self { server: None, clock_offset: Arc::new(AtomicI64::new(0)), endpoint: String::new(), data, policies };
         monitor.launch().await;
         monitor
+    }
+
+    fn clock(&self) -> Clock {
+        let offset = Arc::clone(&self.clock_offset);
+        Arc::new(move || {
+            time::OffsetDateTime::now_utc() + time::Duration::seconds(offset.load(Ordering::SeqCst))
+        })
+    }
+
+    /// Moves the monitor's clock forward (grants and their expiry), without
+    /// sleeping.
+    pub fn advance_clock(&self, by: Duration) {
+        self.clock_offset.fetch_add(i64::try_from(by.as_secs()).unwrap(), Ordering::SeqCst);
     }
 
     fn config(&self) -> ServerConfig {
@@ -78,7 +97,11 @@ impl TestMonitor {
                 credential("plain-oncall", Role::Approver, PLAIN_APPROVER, &[], &[]),
                 credential("security", Role::Admin, ADMIN, &[], &[]),
             ],
-            decision: DecisionConfig::default(),
+            monitor: MonitorConfig {
+                decision: DecisionConfig::default(),
+                max_grant: Duration::from_secs(7 * 86_400),
+                clock: self.clock(),
+            },
         }
     }
 

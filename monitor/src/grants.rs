@@ -1,0 +1,338 @@
+//! Grants, pure: what a grant may name, the Cedar `permit` the monitor
+//! generates for it, and an index so that a request evaluates only its own
+//! user's grants.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use cedar_policy::{Policy, PolicyId, PolicySet, ValidationMode, Validator};
+
+use crate::decision::cedar_datetime_ns;
+use crate::normalize::{InvalidInput, Resource, ResourceInput, clean_path, normalize_resource};
+use crate::policy::PolicySnapshot;
+
+/// A time-bounded permission, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Grant {
+    /// `grt-…`.
+    pub grant_id: String,
+    /// Whose sessions it is for.
+    pub user: String,
+    /// Only this session, when set.
+    pub session: String,
+    /// Only this agent kind, when set.
+    pub agent: String,
+    /// Cedar action ids.
+    pub actions: Vec<String>,
+    /// `KIND:ID`, canonical.
+    pub resource_scope: String,
+    /// Until when, nanoseconds since the Unix epoch.
+    pub expires_unix_ns: i64,
+    /// Why, in the creator's words.
+    pub reason: String,
+    /// The credential that created it.
+    pub created_by: String,
+    /// When, nanoseconds since the Unix epoch.
+    pub created_unix_ns: i64,
+}
+
+/// What a grant covers on the resource side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// `true`: everything `in` the entity; `false`: the entity itself.
+    pub within: bool,
+    /// The Cedar entity type.
+    pub entity_type: &'static str,
+    /// The entity id, normalized like a request's.
+    pub id: String,
+}
+
+impl Scope {
+    /// `KIND:ID` as written back to people.
+    pub fn canonical(&self) -> String {
+        let kind = match (self.entity_type, self.within) {
+            ("File", _) => "file",
+            ("Dir", _) => "dir",
+            ("Program", _) => "program",
+            ("Domain", _) => "domain",
+            ("Url", _) => "url",
+            ("Secret", _) => "secret",
+            ("McpServer", _) => "mcp",
+            ("Tool", _) => "tool",
+            ("Command", _) => "command",
+            _ => "unknown",
+        };
+        format!("{kind}:{}", self.id)
+    }
+
+    /// The scope of "this resource" or "its parent" (approve for a window).
+    pub fn of_resource(resource: &Resource, parent: bool) -> Result<Self, InvalidInput> {
+        let exact = |entity_type: &'static str| Scope { within: false, entity_type, id: resource.entity_id() };
+        if !parent {
+            return Ok(exact(resource.entity_type()));
+        }
+        let within = |entity_type: &'static str, id: &str| Scope { within: true, entity_type, id: id.to_owned() };
+        match resource {
+            Resource::File { dirs, .. } => {
+                dirs.first().map(|dir| within("Dir", dir)).ok_or_else(|| InvalidInput::new("grant_scope", "`/` has no parent"))
+            }
+            Resource::Command { program, .. } => Ok(within("Program", program)),
+            Resource::Url { host, .. } => Ok(within("Domain", host)),
+            Resource::Tool { server, .. } => Ok(within("McpServer", server)),
+            Resource::Secret { .. } => Err(InvalidInput::new("grant_scope", "a secret has no parent: use `exact`")),
+        }
+    }
+}
+
+/// Reads `KIND:ID` (`file:/x`, `dir:/home/alice/project`, `program:git`,
+/// `domain:github.com`, `url:https://…`, `secret:NAME`, `mcp:SERVER`,
+/// `tool:SERVER/TOOL`), normalizing the id the way requests are.
+pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
+    const FIELD: &str = "resource_scope";
+    let Some((kind, id)) = text.split_once(':') else {
+        return Err(InvalidInput::new(FIELD, format!("`{text}` is not KIND:ID (e.g. dir:/home/alice/project)")));
+    };
+    if id.is_empty() {
+        return Err(InvalidInput::new(FIELD, "the id after `:` is empty"));
+    }
+    let from_resource = |input: ResourceInput| {
+        normalize_resource(&input).map_err(|e| InvalidInput::new(FIELD, e.message))
+    };
+    let scope = |within: bool, entity_type: &'static str, id: String| Scope { within, entity_type, id };
+    Ok(match kind {
+        "file" => match from_resource(ResourceInput::File { path: id.into(), cwd: String::new() })? {
+            resource @ Resource::File { .. } => scope(false, "File", resource.entity_id()),
+            _ => return Err(InvalidInput::new(FIELD, "not a file")),
+        },
+        "dir" => {
+            from_resource(ResourceInput::File { path: id.into(), cwd: String::new() })?;
+            scope(true, "Dir", clean_path(id))
+        }
+        "url" => match from_resource(ResourceInput::Http { method: "GET".into(), url: id.into() })? {
+            resource @ Resource::Url { .. } => scope(false, "Url", resource.entity_id()),
+            _ => return Err(InvalidInput::new(FIELD, "not a URL")),
+        },
+        "domain" => match from_resource(ResourceInput::Http { method: "GET".into(), url: format!("https://{id}/") })? {
+            Resource::Url { host, .. } => scope(true, "Domain", host),
+            _ => return Err(InvalidInput::new(FIELD, "not a domain")),
+        },
+        "program" if !id.contains('/') => scope(true, "Program", id.to_owned()),
+        "program" => return Err(InvalidInput::new(FIELD, "a program is a basename, without `/`")),
+        "secret" => scope(false, "Secret", id.to_owned()),
+        "mcp" if !id.contains('/') => scope(true, "McpServer", id.to_owned()),
+        "mcp" => return Err(InvalidInput::new(FIELD, "an MCP server name has no `/`")),
+        "tool" => match id.split_once('/') {
+            Some((server, tool)) if !server.is_empty() && !tool.is_empty() => scope(false, "Tool", id.to_owned()),
+            _ => return Err(InvalidInput::new(FIELD, "a tool is SERVER/TOOL")),
+        },
+        other => {
+            return Err(InvalidInput::new(
+                FIELD,
+                format!("unknown kind `{other}`: use file, dir, program, domain, url, secret, mcp or tool"),
+            ));
+        }
+    })
+}
+
+/// A Cedar string literal.
+fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The Cedar policy of a grant: a `permit` for its principal, actions and
+/// resource, with the expiry in the condition so that it stops matching at
+/// once.
+pub fn grant_policy(grant: &Grant, scope: &Scope) -> String {
+    let principal = if grant.session.is_empty() {
+        format!("principal in User::{}", quote(&grant.user))
+    } else {
+        format!("principal == Session::{}", quote(&grant.session))
+    };
+    let actions: Vec<String> = grant.actions.iter().map(|a| format!("Action::{}", quote(a))).collect();
+    let resource = format!("resource {} {}::{}", if scope.within { "in" } else { "==" }, scope.entity_type, quote(&scope.id));
+    let mut conditions = vec![format!("context.now < datetime({})", quote(&cedar_datetime_ns(grant.expires_unix_ns)))];
+    if !grant.session.is_empty() {
+        conditions.push(format!("principal in User::{}", quote(&grant.user)));
+    }
+    if !grant.agent.is_empty() {
+        conditions.push(format!("principal in Agent::{}", quote(&grant.agent)));
+    }
+    format!(
+        "@grant({})\npermit (\n  {principal},\n  action in [{}],\n  {resource}\n)\nwhen {{ {} }};",
+        quote(&grant.grant_id),
+        actions.join(", "),
+        conditions.join(" && ")
+    )
+}
+
+/// Parses and strictly validates a grant's policy against the snapshot's
+/// schema; the message names what is wrong.
+pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<Policy, InvalidInput> {
+    let scope = parse_scope(&grant.resource_scope)?;
+    let text = grant_policy(grant, &scope);
+    let policy = Policy::parse(Some(PolicyId::new(&grant.grant_id)), &text)
+        .map_err(|e| InvalidInput::new("resource_scope", format!("cannot express this grant in Cedar: {e}")))?;
+    let mut set = PolicySet::new();
+    set.add(policy.clone()).map_err(|e| InvalidInput::new("resource_scope", e.to_string()))?;
+    let result = Validator::new(snapshot.schema.clone()).validate(&set, ValidationMode::Strict);
+    if let Some(error) = result.validation_errors().next() {
+        return Err(InvalidInput::new("actions", format!("the grant does not fit the policy schema: {error}")));
+    }
+    if result.validation_warnings().next().is_some() {
+        return Err(InvalidInput::new(
+            "actions",
+            "the grant could never match: none of its actions applies to its resource scope",
+        ));
+    }
+    Ok(policy)
+}
+
+/// One user's grants as a Cedar policy set.
+#[derive(Debug, Default)]
+pub struct UserGrants {
+    /// The generated permits, keyed by grant id.
+    pub policies: PolicySet,
+}
+
+/// Every active grant with its compiled policy, and the per-user index that
+/// requests read. A change rebuilds only its user's set.
+#[derive(Debug, Default)]
+pub struct GrantBook {
+    by_user: HashMap<String, BTreeMap<String, (Grant, Policy)>>,
+    index: HashMap<String, Arc<UserGrants>>,
+}
+
+impl GrantBook {
+    /// Compiles stored grants; one that no longer fits the policies (after
+    /// a policy change) is left out and reported.
+    pub fn load(grants: Vec<Grant>, snapshot: &PolicySnapshot) -> (Self, Vec<(String, InvalidInput)>) {
+        let mut book = Self::default();
+        let mut problems = Vec::new();
+        let mut users = Vec::new();
+        for grant in grants {
+            match compile(&grant, snapshot) {
+                Ok(policy) => {
+                    users.push(grant.user.clone());
+                    book.by_user.entry(grant.user.clone()).or_default().insert(grant.grant_id.clone(), (grant, policy));
+                }
+                Err(e) => problems.push((grant.grant_id, e)),
+            }
+        }
+        users.sort();
+        users.dedup();
+        for user in users {
+            book.rebuild(&user);
+        }
+        (book, problems)
+    }
+
+    /// Adds a compiled grant.
+    pub fn insert(&mut self, grant: Grant, policy: Policy) {
+        let user = grant.user.clone();
+        self.by_user.entry(user.clone()).or_default().insert(grant.grant_id.clone(), (grant, policy));
+        self.rebuild(&user);
+    }
+
+    /// Removes a grant.
+    pub fn remove(&mut self, grant_id: &str) -> Option<Grant> {
+        let user = self.by_user.iter().find(|(_, grants)| grants.contains_key(grant_id)).map(|(user, _)| user.clone())?;
+        let removed = self.by_user.get_mut(&user).and_then(|grants| grants.remove(grant_id)).map(|(grant, _)| grant);
+        self.rebuild(&user);
+        removed
+    }
+
+    fn rebuild(&mut self, user: &str) {
+        match self.by_user.get(user) {
+            Some(grants) if !grants.is_empty() => {
+                let mut policies = PolicySet::new();
+                for (grant, policy) in grants.values() {
+                    if let Err(e) = policies.add(policy.clone()) {
+                        tracing::error!(grant_id = %grant.grant_id, error = %e, "grant left out");
+                    }
+                }
+                self.index.insert(user.to_owned(), Arc::new(UserGrants { policies }));
+            }
+            _ => {
+                self.by_user.remove(user);
+                self.index.remove(user);
+            }
+        }
+    }
+
+    /// The grants of `user`, for a request.
+    pub fn for_user(&self, user: &str) -> Option<Arc<UserGrants>> {
+        self.index.get(user).cloned()
+    }
+
+    /// Every grant.
+    pub fn all(&self) -> impl Iterator<Item = &Grant> {
+        self.by_user.values().flat_map(|grants| grants.values().map(|(grant, _)| grant))
+    }
+
+    /// One grant.
+    pub fn get(&self, grant_id: &str) -> Option<&Grant> {
+        self.by_user.values().find_map(|grants| grants.get(grant_id).map(|(grant, _)| grant))
+    }
+
+    /// How many grants.
+    pub fn len(&self) -> usize {
+        self.by_user.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_user.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_normalized_like_requests() {
+        let dir = parse_scope("dir:/home/alice/project/../project/").unwrap();
+        assert_eq!((dir.within, dir.entity_type, dir.id.as_str()), (true, "Dir", "/home/alice/project"));
+        let domain = parse_scope("domain:GitHub.COM.").unwrap();
+        assert_eq!(domain.id, "github.com");
+        let url = parse_scope("url:https://API.github.com:443/x").unwrap();
+        assert_eq!((url.within, url.id.as_str()), (false, "https://api.github.com/x"));
+        assert_eq!(parse_scope("tool:docs/search").unwrap().canonical(), "tool:docs/search");
+        for bad in ["nope", "dir:", "dir:relative", "program:/usr/bin/git", "tool:docs", "colour:blue"] {
+            assert_eq!(parse_scope(bad).err().map(|e| e.field), Some("resource_scope".to_owned()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_generated_policy_quotes_everything() {
+        let grant = Grant {
+            grant_id: "grt-1".into(),
+            user: "al\"ice".into(),
+            session: "s1".into(),
+            agent: "codex".into(),
+            actions: vec!["fs.write".into()],
+            resource_scope: "dir:/tmp".into(),
+            expires_unix_ns: 0,
+            reason: String::new(),
+            created_by: String::new(),
+            created_unix_ns: 0,
+        };
+        let text = grant_policy(&grant, &parse_scope("dir:/tmp").unwrap());
+        assert!(text.contains(r#"principal in User::"al\"ice""#), "{text}");
+        assert!(text.contains(r#"principal == Session::"s1""#), "{text}");
+        assert!(text.contains(r#"resource in Dir::"/tmp""#), "{text}");
+        assert!(text.contains(r#"context.now < datetime("1970-01-01T00:00:00.000Z")"#), "{text}");
+        assert!(Policy::parse(None, &text).is_ok(), "{text}");
+    }
+}
