@@ -8,8 +8,8 @@
 //! and no clock read: `now` is passed in.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cedar_policy::{
@@ -132,7 +132,7 @@ pub fn decide(
     // Step 2: a matching grant counts as approval.
     let grant_ids = match evaluator.matching_grants(facts) {
         Ok(ids) => ids,
-        Err(denial) => return Ok(denial),
+        Err(denial) => return Ok(*denial),
     };
     let approved = !grant_ids.is_empty();
 
@@ -312,15 +312,18 @@ impl<'a> Evaluator<'a> {
 
     /// The grants (of the request's user) that match this request. An
     /// erroring grant denies, like any erroring policy.
-    fn matching_grants(&self, facts: &SessionFacts) -> Result<Vec<String>, Evaluation> {
+    fn matching_grants(&self, facts: &SessionFacts) -> Result<Vec<String>, Box<Evaluation>> {
         let Some(grants) = &facts.grants else { return Ok(vec![]) };
         let request = self.request(false).map_err(|e| match e.into_result() {
-            Ok(denial) => denial,
-            Err(invalid) => Evaluation::deny(vec![], vec![invalid.to_string()]),
+            Ok(denial) => Box::new(denial),
+            Err(invalid) => Box::new(Evaluation::deny(vec![], vec![invalid.to_string()])),
         })?;
         let response = Authorizer::new().is_authorized(&request, &grants.policies, &self.entities);
         if let Some(error) = response.diagnostics().errors().next() {
-            return Err(Evaluation::deny(vec![], vec![format!("a grant could not be evaluated, so the request is denied: {error}")]));
+            return Err(Box::new(Evaluation::deny(
+                vec![],
+                vec![format!("a grant could not be evaluated, so the request is denied: {error}")],
+            )));
         }
         let mut ids: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
         ids.sort();
@@ -411,7 +414,8 @@ fn approval_terms(
 
 /// The `@label`s of the policies `ids`.
 fn labels_of(snapshot: &PolicySnapshot, ids: &[PolicyId]) -> Vec<String> {
-    let labels: BTreeSet<String> = ids.iter().filter_map(|id| snapshot.meta(id)).filter_map(|m| m.label.clone()).collect();
+    let labels: BTreeSet<String> =
+        ids.iter().filter_map(|id| snapshot.meta(id)).filter_map(|m| m.label.clone()).collect();
     labels.into_iter().collect()
 }
 

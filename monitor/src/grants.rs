@@ -73,9 +73,10 @@ impl Scope {
         }
         let within = |entity_type: &'static str, id: &str| Scope { within: true, entity_type, id: id.to_owned() };
         match resource {
-            Resource::File { dirs, .. } => {
-                dirs.first().map(|dir| within("Dir", dir)).ok_or_else(|| InvalidInput::new("grant_scope", "`/` has no parent"))
-            }
+            Resource::File { dirs, .. } => dirs
+                .first()
+                .map(|dir| within("Dir", dir))
+                .ok_or_else(|| InvalidInput::new("grant_scope", "`/` has no parent")),
             Resource::Command { program, .. } => Ok(within("Program", program)),
             Resource::Url { host, .. } => Ok(within("Domain", host)),
             Resource::Tool { server, .. } => Ok(within("McpServer", server)),
@@ -86,7 +87,8 @@ impl Scope {
 
 /// Reads `KIND:ID` (`file:/x`, `dir:/home/alice/project`, `program:git`,
 /// `domain:github.com`, `url:https://…`, `secret:NAME`, `mcp:SERVER`,
-/// `tool:SERVER/TOOL`), normalizing the id the way requests are.
+/// `tool:SERVER/TOOL`, `command:git push origin main`), normalizing the id
+/// the way requests are.
 pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
     const FIELD: &str = "resource_scope";
     let Some((kind, id)) = text.split_once(':') else {
@@ -95,9 +97,8 @@ pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
     if id.is_empty() {
         return Err(InvalidInput::new(FIELD, "the id after `:` is empty"));
     }
-    let from_resource = |input: ResourceInput| {
-        normalize_resource(&input).map_err(|e| InvalidInput::new(FIELD, e.message))
-    };
+    let from_resource =
+        |input: ResourceInput| normalize_resource(&input).map_err(|e| InvalidInput::new(FIELD, e.message));
     let scope = |within: bool, entity_type: &'static str, id: String| Scope { within, entity_type, id };
     Ok(match kind {
         "file" => match from_resource(ResourceInput::File { path: id.into(), cwd: String::new() })? {
@@ -119,6 +120,8 @@ pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
         "program" if !id.contains('/') => scope(true, "Program", id.to_owned()),
         "program" => return Err(InvalidInput::new(FIELD, "a program is a basename, without `/`")),
         "secret" => scope(false, "Secret", id.to_owned()),
+        // The exact command line, argv joined by spaces as in `Command::"…"`.
+        "command" => scope(false, "Command", id.to_owned()),
         "mcp" if !id.contains('/') => scope(true, "McpServer", id.to_owned()),
         "mcp" => return Err(InvalidInput::new(FIELD, "an MCP server name has no `/`")),
         "tool" => match id.split_once('/') {
@@ -128,7 +131,7 @@ pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
         other => {
             return Err(InvalidInput::new(
                 FIELD,
-                format!("unknown kind `{other}`: use file, dir, program, domain, url, secret, mcp or tool"),
+                format!("unknown kind `{other}`: use file, dir, program, domain, url, secret, mcp, tool or command"),
             ));
         }
     })
@@ -160,7 +163,8 @@ pub fn grant_policy(grant: &Grant, scope: &Scope) -> String {
         format!("principal == Session::{}", quote(&grant.session))
     };
     let actions: Vec<String> = grant.actions.iter().map(|a| format!("Action::{}", quote(a))).collect();
-    let resource = format!("resource {} {}::{}", if scope.within { "in" } else { "==" }, scope.entity_type, quote(&scope.id));
+    let resource =
+        format!("resource {} {}::{}", if scope.within { "in" } else { "==" }, scope.entity_type, quote(&scope.id));
     let mut conditions = vec![format!("context.now < datetime({})", quote(&cedar_datetime_ns(grant.expires_unix_ns)))];
     if !grant.session.is_empty() {
         conditions.push(format!("principal in User::{}", quote(&grant.user)));
@@ -246,7 +250,8 @@ impl GrantBook {
 
     /// Removes a grant.
     pub fn remove(&mut self, grant_id: &str) -> Option<Grant> {
-        let user = self.by_user.iter().find(|(_, grants)| grants.contains_key(grant_id)).map(|(user, _)| user.clone())?;
+        let user =
+            self.by_user.iter().find(|(_, grants)| grants.contains_key(grant_id)).map(|(user, _)| user.clone())?;
         let removed = self.by_user.get_mut(&user).and_then(|grants| grants.remove(grant_id)).map(|(grant, _)| grant);
         self.rebuild(&user);
         removed

@@ -13,8 +13,8 @@ use warden_proto::v1 as pb;
 
 use crate::auth::{Caller, Credentials, Role};
 use crate::decision::Outcome;
-use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
 use crate::grants::Grant;
+use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
 use crate::service::{CallError, GrantRequest, LockOutcome, LockTarget, Monitor, Resolution, SessionView};
 use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
 
@@ -265,13 +265,19 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(grant_to_proto(grant)))
     }
 
-    async fn revoke_grant(&self, request: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::RevokeGrantResponse>, Status> {
+    async fn revoke_grant(
+        &self,
+        request: Request<pb::RevokeGrantRequest>,
+    ) -> Result<Response<pb::RevokeGrantResponse>, Status> {
         let caller = caller(&request)?;
         let grant = self.monitor.revoke_grant(&caller.name, &request.into_inner().grant_id).await?;
         Ok(Response::new(pb::RevokeGrantResponse { grant: Some(grant_to_proto(grant)) }))
     }
 
-    async fn list_grants(&self, request: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsResponse>, Status> {
+    async fn list_grants(
+        &self,
+        request: Request<pb::ListGrantsRequest>,
+    ) -> Result<Response<pb::ListGrantsResponse>, Status> {
         let m = request.into_inner();
         let grants = self
             .monitor
@@ -282,18 +288,27 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(pb::ListGrantsResponse { grants }))
     }
 
-    async fn lock_session(&self, request: Request<pb::LockSessionRequest>) -> Result<Response<pb::LockResponse>, Status> {
+    async fn lock_session(
+        &self,
+        request: Request<pb::LockSessionRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
         let caller = caller(&request)?;
         let m = request.into_inner();
-        let outcome =
-            self.monitor.lock(&caller, LockTarget { session: m.session, user: m.user, agent: m.agent }, &m.reason).await?;
+        let outcome = self
+            .monitor
+            .lock(&caller, LockTarget { session: m.session, user: m.user, agent: m.agent }, &m.reason)
+            .await?;
         Ok(Response::new(lock_to_proto(outcome)))
     }
 
-    async fn unlock_session(&self, request: Request<pb::UnlockSessionRequest>) -> Result<Response<pb::LockResponse>, Status> {
+    async fn unlock_session(
+        &self,
+        request: Request<pb::UnlockSessionRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
         let caller = caller(&request)?;
         let m = request.into_inner();
-        let outcome = self.monitor.unlock(&caller, LockTarget { session: m.session, user: m.user, agent: m.agent }).await?;
+        let outcome =
+            self.monitor.unlock(&caller, LockTarget { session: m.session, user: m.user, agent: m.agent }).await?;
         Ok(Response::new(lock_to_proto(outcome)))
     }
 

@@ -139,8 +139,10 @@ pub struct LockTarget {
 
 impl LockTarget {
     fn key(&self) -> Result<String, InvalidInput> {
-        let set: Vec<(&str, &String)> =
-            [("session", &self.session), ("user", &self.user), ("agent", &self.agent)].into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        let set: Vec<(&str, &String)> = [("session", &self.session), ("user", &self.user), ("agent", &self.agent)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
         match set.as_slice() {
             [(kind, id)] => {
                 if id.len() > limits::ID_BYTES || id.chars().any(char::is_control) {
@@ -198,7 +200,12 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 impl Monitor {
     /// A monitor deciding with `snapshot` and recording in `store`, with the
     /// grants and locks the store holds.
-    pub fn new(snapshot: PolicySnapshot, store: Store, config: MonitorConfig, shutdown: Shutdown) -> Result<Self, StoreError> {
+    pub fn new(
+        snapshot: PolicySnapshot,
+        store: Store,
+        config: MonitorConfig,
+        shutdown: Shutdown,
+    ) -> Result<Self, StoreError> {
         let (grants, problems) = GrantBook::load(store.grants()?, &snapshot);
         for (grant_id, problem) in problems {
             tracing::warn!(%grant_id, %problem, "a stored grant no longer fits the policies and does not apply");
@@ -368,7 +375,8 @@ impl Monitor {
                 policy_version: snapshot.version.clone(),
             }
         };
-        let commit = Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) };
+        let commit =
+            Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) };
         match self.store.commit(commit).await? {
             Committed::New { decision: Some(decision), .. } => {
                 tracing::info!(
@@ -509,7 +517,10 @@ impl Monitor {
                 actions: vec![approval.request.action.clone()],
                 resource_scope: scope.canonical(),
                 ttl_seconds: resolution.grant_for_seconds,
-                reason: format!("approved for a window by `{}` ({}): {}", caller.name, approval.approval_id, resolution.note),
+                reason: format!(
+                    "approved for a window by `{}` ({}): {}",
+                    caller.name, approval.approval_id, resolution.note
+                ),
             })
         } else {
             None
@@ -572,7 +583,8 @@ impl Monitor {
         let actor = approval.request.actor.clone();
         let resolved =
             finish(approval, state, outcome, policy_ids, reasons, &caller.name, &resolution.note, now, &snapshot);
-        let session = SessionChange::Touch { session: actor.session, user: actor.user, agent: actor.agent, add: labels };
+        let session =
+            SessionChange::Touch { session: actor.session, user: actor.user, agent: actor.agent, add: labels };
         let committed = self.commit_resolution(resolved, kind, &caller.name, Some(session)).await?;
         tracing::info!(approval_id = %committed.approval_id, state = committed.state.as_str(), by = %caller.name, "resolved");
         if committed.state == ApprovalState::Approved
@@ -641,7 +653,8 @@ impl Monitor {
                 () = shutdown.stopped() => return,
             }
             let now = unix_ns(self.now());
-            let expired_grants: Vec<Grant> = read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
+            let expired_grants: Vec<Grant> =
+                read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
             for grant in expired_grants {
                 if let Err(e) = self.remove_grant(&grant, "grant.expired", "monitor").await {
                     tracing::error!(grant_id = %grant.grant_id, error = %e, "cannot remove an expired grant");
@@ -701,14 +714,18 @@ impl Monitor {
         }
         for action in &request.actions {
             if !snapshot.actions.contains_key(action) {
-                return Err(InvalidInput::new("actions", format!("`{action}` is not an action of the policy schema")).into());
+                return Err(
+                    InvalidInput::new("actions", format!("`{action}` is not an action of the policy schema")).into()
+                );
             }
         }
         if request.ttl_seconds == 0 {
             return Err(InvalidInput::new("ttl_seconds", "must be more than zero").into());
         }
         self.check_ttl("ttl_seconds", request.ttl_seconds)?;
-        if request.reason.len() > limits::JUSTIFICATION_BYTES || request.reason.chars().any(|c| c.is_control() && c != '\n') {
+        if request.reason.len() > limits::JUSTIFICATION_BYTES
+            || request.reason.chars().any(|c| c.is_control() && c != '\n')
+        {
             return Err(InvalidInput::new("reason", "is too long or has control characters").into());
         }
         let scope = parse_scope(&request.resource_scope)?;
@@ -759,7 +776,9 @@ impl Monitor {
         }
         let snapshot = self.snapshot();
         let entry = grant_entry(grant, kind, caller, vec![], &snapshot);
-        self.store.commit(Commit { grant: Some(GrantChange::Remove(grant.grant_id.clone())), ..Commit::record(entry) }).await?;
+        self.store
+            .commit(Commit { grant: Some(GrantChange::Remove(grant.grant_id.clone())), ..Commit::record(entry) })
+            .await?;
         write(&self.grants).remove(&grant.grant_id);
         Ok(())
     }
@@ -774,7 +793,9 @@ impl Monitor {
             .filter(|g| user.is_empty() || g.user == user)
             .filter(|g| session.is_empty() || g.session == session)
             .map(|g| {
-                let text = parse_scope(&g.resource_scope).map(|scope| crate::grants::grant_policy(g, &scope)).unwrap_or_default();
+                let text = parse_scope(&g.resource_scope)
+                    .map(|scope| crate::grants::grant_policy(g, &scope))
+                    .unwrap_or_default();
                 (g.clone(), text)
             })
             .collect();
@@ -789,7 +810,12 @@ impl Monitor {
         if reason.len() > limits::JUSTIFICATION_BYTES || reason.chars().any(char::is_control) {
             return Err(InvalidInput::new("reason", "is too long or has control characters").into());
         }
-        let lock = Lock { target: key.clone(), reason: reason.to_owned(), locked_by: caller.name.clone(), locked_unix_ns: unix_ns(self.now()) };
+        let lock = Lock {
+            target: key.clone(),
+            reason: reason.to_owned(),
+            locked_by: caller.name.clone(),
+            locked_unix_ns: unix_ns(self.now()),
+        };
         {
             let _admin = self.admin.lock().await;
             let entry = AuditEntry {
@@ -813,7 +839,17 @@ impl Monitor {
             reasons.push(why);
             let snapshot = self.snapshot();
             let policy_ids = approval.policy_ids.clone();
-            let ended = finish(approval, ApprovalState::Denied, Outcome::Deny, policy_ids, reasons, &caller.name, "", self.now(), &snapshot);
+            let ended = finish(
+                approval,
+                ApprovalState::Denied,
+                Outcome::Deny,
+                policy_ids,
+                reasons,
+                &caller.name,
+                "",
+                self.now(),
+                &snapshot,
+            );
             match self.commit_resolution(ended, "approval.denied", &caller.name, None).await {
                 Ok(_) => denied.push(id),
                 Err(CallError::FailedPrecondition(_)) => {}
@@ -855,7 +891,10 @@ impl Monitor {
         };
         match record {
             Some(record) => Ok(SessionView { record, lock }),
-            None if lock.is_some() => Ok(SessionView { record: SessionRecord { session: session.to_owned(), ..SessionRecord::default() }, lock }),
+            None if lock.is_some() => Ok(SessionView {
+                record: SessionRecord { session: session.to_owned(), ..SessionRecord::default() },
+                lock,
+            }),
             None => Err(CallError::NotFound(format!("session `{session}` has never asked"))),
         }
     }
@@ -867,7 +906,11 @@ impl Monitor {
             time_unix_ns: unix_ns(self.now()),
             kind: "session.labels-cleared".into(),
             caller: caller.name.clone(),
-            actor: Some(Actor { user: before.record.user.clone(), agent: before.record.agent.clone(), session: session.to_owned() }),
+            actor: Some(Actor {
+                user: before.record.user.clone(),
+                agent: before.record.agent.clone(),
+                session: session.to_owned(),
+            }),
             reasons: vec![
                 format!("labels were: {}", before.record.labels.iter().cloned().collect::<Vec<_>>().join(", ")),
                 reason.to_owned(),
@@ -875,7 +918,12 @@ impl Monitor {
             policy_version: self.snapshot().version.clone(),
             ..AuditEntry::default()
         };
-        self.store.commit(Commit { session: Some(SessionChange::ClearLabels { session: session.to_owned() }), ..Commit::record(entry) }).await?;
+        self.store
+            .commit(Commit {
+                session: Some(SessionChange::ClearLabels { session: session.to_owned() }),
+                ..Commit::record(entry)
+            })
+            .await?;
         self.session(session)
     }
 
@@ -900,7 +948,8 @@ fn grant_entry(grant: &Grant, kind: &str, caller: &str, reasons: Vec<String>, sn
         actor: Some(Actor { user: grant.user.clone(), agent: grant.agent.clone(), session: grant.session.clone() }),
         action: grant.actions.join(","),
         resource: grant.resource_scope.clone(),
-        request: serde_json::json!({ "grant_id": grant.grant_id, "expires_unix_ns": grant.expires_unix_ns }).to_string(),
+        request: serde_json::json!({ "grant_id": grant.grant_id, "expires_unix_ns": grant.expires_unix_ns })
+            .to_string(),
         policy_ids: vec![grant.grant_id.clone()],
         reasons,
         policy_version: snapshot.version.clone(),

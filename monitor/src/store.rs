@@ -583,10 +583,14 @@ impl Store {
 
     /// Every stored grant.
     pub fn grants(&self) -> Result<Vec<Grant>, StoreError> {
-        self.trees.grants.iter().map(|item| {
-            let (key, value) = item?;
-            decode(trees::GRANTS, &key, &value)
-        }).collect()
+        self.trees
+            .grants
+            .iter()
+            .map(|item| {
+                let (key, value) = item?;
+                decode(trees::GRANTS, &key, &value)
+            })
+            .collect()
     }
 
     /// One grant.
@@ -596,15 +600,23 @@ impl Store {
 
     /// Every lock.
     pub fn locks(&self) -> Result<Vec<Lock>, StoreError> {
-        self.trees.locks.iter().map(|item| {
-            let (key, value) = item?;
-            decode(trees::LOCKS, &key, &value)
-        }).collect()
+        self.trees
+            .locks
+            .iter()
+            .map(|item| {
+                let (key, value) = item?;
+                decode(trees::LOCKS, &key, &value)
+            })
+            .collect()
     }
 
     /// What is known of a session.
     pub fn session(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.trees.sessions.get(session.as_bytes())?.map(|v| decode(trees::SESSIONS, session.as_bytes(), &v)).transpose()
+        self.trees
+            .sessions
+            .get(session.as_bytes())?
+            .map(|v| decode(trees::SESSIONS, session.as_bytes(), &v))
+            .transpose()
     }
 
     /// Pending approvals, earliest deadline first.
@@ -1028,7 +1040,8 @@ fn merge_session(current: Option<SessionRecord>, change: &SessionChange) -> Opti
             }
         },
         SessionChange::ClearLabels { session } => {
-            let mut record = current.unwrap_or_else(|| SessionRecord { session: session.clone(), ..SessionRecord::default() });
+            let mut record =
+                current.unwrap_or_else(|| SessionRecord { session: session.clone(), ..SessionRecord::default() });
             record.labels.clear();
             Some(record)
         }

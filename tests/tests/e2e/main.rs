@@ -8,6 +8,7 @@ mod approvals;
 mod audit;
 mod authentication;
 mod decisions;
+mod grants;
 mod invalid_input;
 mod policies;
 mod services;

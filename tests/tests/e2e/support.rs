@@ -74,9 +74,7 @@ impl TestMonitor {
 
     fn clock(&self) -> Clock {
         let offset = Arc::clone(&self.clock_offset);
-        Arc::new(move || {
-            time::OffsetDateTime::now_utc() + time::Duration::seconds(offset.load(Ordering::SeqCst))
-        })
+        Arc::new(move || time::OffsetDateTime::now_utc() + time::Duration::seconds(offset.load(Ordering::SeqCst)))
     }
 
     /// Moves the monitor's clock forward (grants and their expiry), without

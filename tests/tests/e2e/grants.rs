@@ -1,0 +1,310 @@
+//! Grants, lockdown and session labels, end to end, with the monitor's clock
+//! moved forward instead of sleeping.
+
+use std::time::Duration;
+
+use tonic::Code;
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Error, Outcome};
+
+use crate::support::{APPROVER, HARNESS, TestMonitor};
+
+fn alice() -> Actor {
+    Actor::new("alice", "claude-code", "s1")
+}
+
+fn grant(user: &str, actions: &[&str], scope: &str, ttl_seconds: u64) -> pb::CreateGrantRequest {
+    pb::CreateGrantRequest {
+        user: user.into(),
+        actions: actions.iter().map(|a| (*a).to_owned()).collect(),
+        resource_scope: scope.into(),
+        ttl_seconds,
+        reason: "test".into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_grant_permits_what_policies_alone_deny_until_it_expires() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let write = || ActionRequest::write_file("/srv/shared/report.md");
+    assert_eq!(harness.authorize(&alice(), write()).await.unwrap().outcome, Outcome::Deny);
+
+    let mut admin = monitor.admin().await;
+    let created =
+        admin.create_grant(grant("alice", &["fs.write"], "dir:/srv/shared/", 3600)).await.unwrap().into_inner();
+    assert!(created.grant_id.starts_with("grt-"));
+    assert_eq!(created.resource_scope, "dir:/srv/shared");
+    assert_eq!(created.created_by, "security");
+
+    let allowed = harness.authorize(&alice(), write()).await.unwrap();
+    assert_eq!(allowed.outcome, Outcome::Allow, "{:?}", allowed.reasons);
+    assert_eq!(allowed.grant_ids, std::slice::from_ref(&created.grant_id));
+    // Bob is not alice.
+    let bob = Actor::new("bob", "codex", "b1");
+    assert_eq!(harness.authorize(&bob, write()).await.unwrap().outcome, Outcome::Deny);
+
+    let listed = admin.list_grants(pb::ListGrantsRequest { user: "alice".into(), ..Default::default() }).await.unwrap();
+    let listed = listed.into_inner().grants;
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].policy.contains(r#"@grant("grt-"#), "{}", listed[0].policy);
+
+    // An hour later the grant no longer matches, at once, and is swept.
+    monitor.advance_clock(Duration::from_secs(3601));
+    assert_eq!(harness.authorize(&alice(), write()).await.unwrap().outcome, Outcome::Deny);
+    for _ in 0..100 {
+        let left = admin.list_grants(pb::ListGrantsRequest::default()).await.unwrap().into_inner().grants;
+        if left.is_empty() && monitor.audit().await.iter().any(|r| r.kind == "grant.expired") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the expired grant was not swept");
+}
+
+#[tokio::test]
+async fn a_grant_lifts_soft_forbids_but_never_a_hard_one() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let mut admin = monitor.admin().await;
+    admin.create_grant(grant("alice", &["exec"], "program:git", 600)).await.unwrap();
+    let push = harness.authorize(&alice(), ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
+    assert_eq!(push.outcome, Outcome::Allow, "a grant counts as approval: {:?}", push.reasons);
+
+    admin.create_grant(grant("alice", &["fs.read"], "dir:/home/alice/project", 600)).await.unwrap();
+    let env = harness.authorize(&alice(), ActionRequest::read_file("/home/alice/project/.env")).await.unwrap();
+    assert_eq!(env.outcome, Outcome::Deny);
+    assert_eq!(env.policy_ids, ["files.no-credentials"]);
+
+    // A secret with a grant: allowed, and the session now holds private data.
+    let secret = ActionRequest::use_secret("DEPLOY_KEY");
+    assert_eq!(harness.authorize(&alice(), secret.clone()).await.unwrap().outcome, Outcome::Pending);
+    admin.create_grant(grant("alice", &["secret.use"], "secret:DEPLOY_KEY", 600)).await.unwrap();
+    let used = harness.authorize(&alice(), ActionRequest::use_secret("DEPLOY_KEY")).await.unwrap();
+    assert_eq!(used.outcome, Outcome::Allow);
+    let session = admin.get_session(pb::GetSessionRequest { session: "s1".into() }).await.unwrap().into_inner();
+    assert_eq!(session.labels, ["private-data"]);
+}
+
+#[tokio::test]
+async fn revoking_takes_effect_on_the_next_request() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let mut admin = monitor.admin().await;
+    let created =
+        admin.create_grant(grant("alice", &["fs.write"], "file:/srv/shared/x", 600)).await.unwrap().into_inner();
+    let write = || ActionRequest::write_file("/srv/shared/x");
+    assert_eq!(harness.authorize(&alice(), write()).await.unwrap().outcome, Outcome::Allow);
+    admin.revoke_grant(pb::RevokeGrantRequest { grant_id: created.grant_id.clone() }).await.unwrap();
+    assert_eq!(harness.authorize(&alice(), write()).await.unwrap().outcome, Outcome::Deny);
+    let status = admin.revoke_grant(pb::RevokeGrantRequest { grant_id: created.grant_id }).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let kinds: Vec<String> = monitor.audit().await.into_iter().map(|r| r.kind).collect();
+    assert!(kinds.contains(&"grant.created".to_owned()) && kinds.contains(&"grant.revoked".to_owned()), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn bad_grants_are_refused_naming_the_field() {
+    let monitor = TestMonitor::start().await;
+    let mut admin = monitor.admin().await;
+    let cases = [
+        ("user", grant("", &["fs.read"], "dir:/x", 60)),
+        ("actions", grant("alice", &[], "dir:/x", 60)),
+        ("actions", grant("alice", &["fs.chmod"], "dir:/x", 60)),
+        ("actions", grant("alice", &["exec"], "dir:/x", 60)),
+        ("resource_scope", grant("alice", &["fs.read"], "folder:/x", 60)),
+        ("resource_scope", grant("alice", &["fs.read"], "dir:relative", 60)),
+        ("ttl_seconds", grant("alice", &["fs.read"], "dir:/x", 0)),
+        ("ttl_seconds", grant("alice", &["fs.read"], "dir:/x", 365 * 86_400)),
+    ];
+    for (field, request) in cases {
+        let status = admin.create_grant(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(status.message().starts_with(&format!("{field}:")), "{field}: {}", status.message());
+    }
+}
+
+#[tokio::test]
+async fn approving_for_a_window_lets_the_same_action_through_until_it_ends() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let push = || ActionRequest::exec(["git", "push", "origin", "main"]);
+    let pending = harness.authorize(&alice(), push()).await.unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+    let mut approvals = monitor.approvals(APPROVER).await;
+    approvals
+        .resolve(pb::ResolveRequest {
+            approval_id: pending.approval_id,
+            approve: true,
+            grant_for_seconds: 900,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let again = harness.authorize(&alice(), push()).await.unwrap();
+    assert_eq!(again.outcome, Outcome::Allow, "{:?}", again.reasons);
+    assert_eq!(again.grant_ids.len(), 1);
+    // Only this session.
+    let other = Actor::new("alice", "claude-code", "s2");
+    assert_eq!(harness.authorize(&other, push()).await.unwrap().outcome, Outcome::Pending);
+
+    monitor.advance_clock(Duration::from_secs(16 * 60));
+    assert_eq!(harness.authorize(&alice(), push()).await.unwrap().outcome, Outcome::Pending);
+}
+
+#[tokio::test]
+async fn lockdown_denies_at_once_and_cancels_pending_approvals() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let waiting = {
+        let harness = harness.clone();
+        tokio::spawn(
+            async move { harness.check(&alice(), ActionRequest::exec(["git", "push", "origin", "main"])).await },
+        )
+    };
+    let mut approvals = monitor.approvals(APPROVER).await;
+    while approvals.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner().approvals.is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut admin = monitor.admin().await;
+    let locked = admin
+        .lock_session(pb::LockSessionRequest {
+            session: "s1".into(),
+            reason: "prompt injection suspected".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(locked.target, "session:s1");
+    assert_eq!(locked.denied_approvals.len(), 1);
+    let Err(Error::Denied(decision)) = waiting.await.unwrap() else { panic!("a locked session's approval must deny") };
+    assert!(
+        decision.reasons.iter().any(|r| r.contains("session `s1` is locked by `security`")),
+        "{:?}",
+        decision.reasons
+    );
+
+    let read = || ActionRequest::read_file("/home/alice/project/src/main.rs");
+    let denied = harness.authorize(&alice(), read()).await.unwrap();
+    assert_eq!(denied.outcome, Outcome::Deny);
+    assert_eq!(denied.reasons, ["session `s1` is locked by `security`: prompt injection suspected"]);
+    let session = admin.get_session(pb::GetSessionRequest { session: "s1".into() }).await.unwrap().into_inner();
+    assert!(session.locked);
+    // Other sessions go on.
+    assert_eq!(
+        harness.authorize(&Actor::new("alice", "claude-code", "s2"), read()).await.unwrap().outcome,
+        Outcome::Allow
+    );
+
+    admin.unlock_session(pb::UnlockSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(harness.authorize(&alice(), read()).await.unwrap().outcome, Outcome::Allow);
+
+    // A whole agent kind, then a whole user.
+    admin.lock_session(pb::LockSessionRequest { agent: "claude-code".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(
+        harness.authorize(&Actor::new("bob", "claude-code", "b9"), read()).await.unwrap().outcome,
+        Outcome::Deny
+    );
+    assert_eq!(harness.authorize(&Actor::new("alice", "codex", "c1"), read()).await.unwrap().outcome, Outcome::Allow);
+    admin.lock_session(pb::LockSessionRequest { user: "alice".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(harness.authorize(&Actor::new("alice", "codex", "c1"), read()).await.unwrap().outcome, Outcome::Deny);
+    let status = admin.lock_session(pb::LockSessionRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn the_lethal_trifecta_ends_pending_for_the_exfiltration_attempt() {
+    let mut monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let agent = Actor::new("alice", "claude-code", "trifecta");
+    let mut admin = monitor.admin().await;
+    let labels = |admin: &mut crate::support::Admin| {
+        let mut admin = admin.clone();
+        async move {
+            admin.get_session(pb::GetSessionRequest { session: "trifecta".into() }).await.unwrap().into_inner().labels
+        }
+    };
+
+    // 1. The agent reads a web page (untrusted input).
+    let read_web =
+        harness.authorize(&agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
+    assert_eq!(read_web.outcome, Outcome::Allow);
+    assert_eq!(labels(&mut admin).await, ["untrusted-input"]);
+    // With one label, posting an issue is still fine.
+    let post = || ActionRequest::http("POST", "https://api.github.com/repos/acme/app/issues");
+    assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Allow);
+
+    // 2. It reads a private file (private data).
+    let private =
+        harness.authorize(&agent, ActionRequest::read_file("/home/alice/private/salaries.csv")).await.unwrap();
+    assert_eq!(private.outcome, Outcome::Allow);
+    assert_eq!(labels(&mut admin).await, ["private-data", "untrusted-input"]);
+
+    // 3. It tries to send data out: a person must look first.
+    let exfiltrate = harness.authorize(&agent, post()).await.unwrap();
+    assert_eq!(exfiltrate.outcome, Outcome::Pending);
+    assert_eq!(exfiltrate.policy_ids, ["trifecta.no-exfiltration"]);
+    assert!(exfiltrate.reasons[0].contains("could leak"), "{:?}", exfiltrate.reasons);
+    let chat = harness.authorize(&agent, ActionRequest::call_tool("slack", "post_message", r#"{"text":"..."}"#)).await;
+    assert_eq!(chat.unwrap().outcome, Outcome::Pending);
+    // Another session of the same user is not tainted.
+    let fresh = Actor::new("alice", "claude-code", "fresh");
+    assert_eq!(harness.authorize(&fresh, post()).await.unwrap().outcome, Outcome::Allow);
+
+    // Labels survive a restart.
+    monitor.restart().await;
+    let harness = monitor.harness().await;
+    let mut admin = monitor.admin().await;
+    assert_eq!(labels(&mut admin).await, ["private-data", "untrusted-input"]);
+    assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Pending);
+
+    // An admin clears them (audited), and the session may post again.
+    let cleared = admin
+        .clear_session_labels(pb::ClearSessionLabelsRequest { session: "trifecta".into(), reason: "reviewed".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cleared.labels.is_empty());
+    assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Allow);
+    assert!(monitor.audit().await.iter().any(|r| r.kind == "session.labels-cleared"));
+    assert!(monitor.verify().await.ok);
+}
+
+#[tokio::test]
+async fn grants_survive_a_restart() {
+    let mut monitor = TestMonitor::start().await;
+    let mut admin = monitor.admin().await;
+    admin.create_grant(grant("alice", &["fs.write"], "dir:/srv/shared", 3600)).await.unwrap();
+    monitor.restart().await;
+    let harness = monitor.harness().await;
+    let write = harness.authorize(&alice(), ActionRequest::write_file("/srv/shared/a")).await.unwrap();
+    assert_eq!(write.outcome, Outcome::Allow);
+    assert_eq!(
+        monitor.admin().await.list_grants(pb::ListGrantsRequest::default()).await.unwrap().into_inner().grants.len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn harness_and_approver_tokens_cannot_use_admin() {
+    let monitor = TestMonitor::start().await;
+    for token in [HARNESS, APPROVER] {
+        let mut admin = monitor.admin_with(token).await;
+        let status = admin.create_grant(grant("alice", &["fs.write"], "dir:/", 60)).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{token}");
+        let status = admin
+            .lock_session(pb::LockSessionRequest { session: "s1".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{token}");
+        let status = admin.get_session(pb::GetSessionRequest { session: "s1".into() }).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{token}");
+        let status = admin
+            .clear_session_labels(pb::ClearSessionLabelsRequest { session: "s1".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{token}");
+    }
+}
