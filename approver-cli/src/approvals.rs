@@ -68,7 +68,7 @@ pub async fn resolve(mut client: ApprovalsClient, request: pb::ResolveRequest, j
 }
 
 /// Streams pending approvals to the terminal and, with `notify`, to the
-/// desktop. Runs until the stream ends or the monitor cuts it off.
+/// desktop (buttons Approve, Approve 15 min, Deny). Runs until the stream ends or the monitor cuts it off.
 pub async fn watch(client: ApprovalsClient, notify: bool, json: bool) -> anyhow::Result<()> {
     let mut desktop = if notify { Desktop::connect().await } else { None };
     let mut events = client.clone().watch_pending(pb::WatchPendingRequest {}).await?.into_inner();
@@ -183,6 +183,7 @@ impl Desktop {
             .summary(&summary)
             .body(&body)
             .action(ACTION_APPROVE, "Approve")
+            .action(ACTION_APPROVE_WINDOW, "Approve 15 min")
             .action(ACTION_DENY, "Deny")
             .timeout(Timeout::Never)
             .show_async()
@@ -206,17 +207,17 @@ impl Desktop {
                     }
                 })
                 .await;
-            let approve = match clicked.as_deref() {
-                Some(ACTION_APPROVE) => true,
-                Some(ACTION_DENY) => false,
+            let (approve, grant_for_seconds, note) = match clicked.as_deref() {
+                Some(ACTION_APPROVE) => (true, 0, "approved from the desktop"),
+                Some(ACTION_APPROVE_WINDOW) => (true, WINDOW.as_secs(), "approved for 15 minutes from the desktop"),
+                Some(ACTION_DENY) => (false, 0, "denied from the desktop"),
                 _ => return,
             };
-            let note = if approve { "approved from the desktop" } else { "denied from the desktop" };
             let request = pb::ResolveRequest {
                 approval_id: approval_id.clone(),
                 approve,
                 note: note.into(),
-                grant_for_seconds: 0,
+                grant_for_seconds,
                 grant_scope: String::new(),
                 // Bound to the request shown: a different one is not resolved.
                 request_hash,
@@ -239,6 +240,10 @@ impl Desktop {
 }
 
 const ACTION_APPROVE: &str = "approve";
+/// Approve, and let the same action on the same resource through for
+/// [`WINDOW`] in this session without asking again.
+const ACTION_APPROVE_WINDOW: &str = "approve-15m";
+const WINDOW: Duration = Duration::from_secs(15 * 60);
 const ACTION_DENY: &str = "deny";
 
 fn kind_str(kind: pb::ApprovalEventKind) -> &'static str {

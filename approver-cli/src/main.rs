@@ -106,6 +106,12 @@ enum Command {
     /// Pending approvals: list, approve, deny, watch (needs an approver token).
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
+    /// Time-bounded grants (needs an admin token).
+    #[command(subcommand)]
+    Grants(GrantsCommand),
+    /// Sessions: labels and lockdown (needs an admin token).
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
     /// Policy folder tools.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -195,6 +201,95 @@ enum ApprovalsCommand {
         /// Also show each as a desktop notification with Approve and Deny buttons
         #[arg(long)]
         notify: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GrantsCommand {
+    /// Give a user's agents actions on a resource scope for a while.
+    ///
+    /// Example:
+    ///   wardenctl grants create --user alice --action fs.write --resource dir:/home/alice/project --for 2h --reason "refactoring"
+    #[command(verbatim_doc_comment)]
+    Create {
+        /// Whose sessions
+        #[arg(long)]
+        user: String,
+        /// Only this session
+        #[arg(long)]
+        session: Option<String>,
+        /// Only this kind of agent
+        #[arg(long)]
+        agent: Option<String>,
+        /// An action; repeat for several
+        #[arg(long = "action", required = true)]
+        actions: Vec<String>,
+        /// KIND:ID: file:/x, dir:/x, program:git, domain:github.com, url:https://…, secret:NAME, mcp:SERVER, tool:SERVER/TOOL, command:ARGV
+        #[arg(long)]
+        resource: String,
+        /// How long, e.g. 2h
+        #[arg(long = "for", value_name = "DURATION")]
+        for_: String,
+        /// Why
+        #[arg(long)]
+        reason: String,
+    },
+    /// The active grants.
+    List {
+        /// Only this user's
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this session's
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Revoke a grant: the very next request no longer sees it.
+    Revoke {
+        /// The grant id
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// A session's labels and lock.
+    Show {
+        /// The session id
+        id: String,
+    },
+    /// Lock a session (or with --user / --agent, every session of a user or agent kind):
+    /// its requests and pending approvals are denied.
+    Lock {
+        /// The session id
+        id: Option<String>,
+        /// Lock every session of this user
+        #[arg(long)]
+        user: Option<String>,
+        /// Lock every session of this agent kind
+        #[arg(long)]
+        agent: Option<String>,
+        /// Why
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Lift a lock.
+    Unlock {
+        /// The session id
+        id: Option<String>,
+        /// Unlock this user
+        #[arg(long)]
+        user: Option<String>,
+        /// Unlock this agent kind
+        #[arg(long)]
+        agent: Option<String>,
+    },
+    /// Drop a session's labels (audited).
+    ClearLabels {
+        /// The session id
+        id: String,
+        /// Why
+        #[arg(long)]
+        reason: Option<String>,
     },
 }
 
@@ -294,6 +389,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Grants(command) => {
+            grants(cli.connection.admin().await?, command, cli.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sessions(command) => {
+            sessions(cli.connection.admin().await?, command, cli.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Policy(PolicyCommand::Check { dir }) => Ok(policy_check(&dir, cli.json)),
         Command::Audit(AuditCommand::Verify { data }) => audit_verify(&cli.connection, data, cli.json).await,
         Command::Audit(AuditCommand::Tail { count, all, follow }) => {
@@ -334,6 +437,163 @@ async fn authorize(connection: &Connection, args: AuthorizeArgs, json: bool) -> 
         Outcome::Deny => 2,
         Outcome::Pending => 3,
     }))
+}
+
+type Admin = AdminClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>>;
+
+async fn grants(mut admin: Admin, command: GrantsCommand, json: bool) -> anyhow::Result<()> {
+    match command {
+        GrantsCommand::Create { user, session, agent, actions, resource, for_, reason } => {
+            let ttl = warden_monitor::duration::parse_duration(&for_)?;
+            let grant = admin
+                .create_grant(pb::CreateGrantRequest {
+                    user,
+                    session: session.unwrap_or_default(),
+                    agent: agent.unwrap_or_default(),
+                    actions,
+                    resource_scope: resource,
+                    ttl_seconds: ttl.as_secs(),
+                    reason,
+                })
+                .await?
+                .into_inner();
+            print_grants(&[grant], json);
+        }
+        GrantsCommand::List { user, session } => {
+            let grants = admin
+                .list_grants(pb::ListGrantsRequest {
+                    user: user.unwrap_or_default(),
+                    session: session.unwrap_or_default(),
+                })
+                .await?
+                .into_inner()
+                .grants;
+            if grants.is_empty() && !json {
+                println!("no active grants");
+            }
+            print_grants(&grants, json);
+        }
+        GrantsCommand::Revoke { id } => {
+            let revoked = admin.revoke_grant(pb::RevokeGrantRequest { grant_id: id }).await?.into_inner();
+            if json {
+                print_grants(revoked.grant.as_slice(), true);
+            } else {
+                println!("revoked {}", revoked.grant.map(|g| g.grant_id).unwrap_or_default());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_grants(grants: &[pb::Grant], json: bool) {
+    for grant in grants {
+        let expires = timestamp_str(grant.expires_at.as_ref());
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "grant_id": grant.grant_id, "user": grant.user, "session": grant.session, "agent": grant.agent,
+                    "actions": grant.actions, "resource_scope": grant.resource_scope, "expires_at": expires,
+                    "reason": grant.reason, "created_by": grant.created_by, "policy": grant.policy,
+                })
+            );
+        } else {
+            let mut who = grant.user.clone();
+            if !grant.session.is_empty() {
+                who.push_str(&format!(" session {}", grant.session));
+            }
+            if !grant.agent.is_empty() {
+                who.push_str(&format!(" agent {}", grant.agent));
+            }
+            println!(
+                "{}  {who}  {} on {}  until {expires}  by {}: {}",
+                grant.grant_id,
+                grant.actions.join(","),
+                grant.resource_scope,
+                grant.created_by,
+                approvals::safe(&grant.reason)
+            );
+        }
+    }
+}
+
+async fn sessions(mut admin: Admin, command: SessionsCommand, json: bool) -> anyhow::Result<()> {
+    match command {
+        SessionsCommand::Show { id } => {
+            let session = admin.get_session(pb::GetSessionRequest { session: id }).await?.into_inner();
+            print_session(&session, json);
+        }
+        SessionsCommand::ClearLabels { id, reason } => {
+            let session = admin
+                .clear_session_labels(pb::ClearSessionLabelsRequest { session: id, reason: reason.unwrap_or_default() })
+                .await?
+                .into_inner();
+            print_session(&session, json);
+        }
+        SessionsCommand::Lock { id, user, agent, reason } => {
+            let response = admin
+                .lock_session(pb::LockSessionRequest {
+                    session: id.unwrap_or_default(),
+                    user: user.unwrap_or_default(),
+                    agent: agent.unwrap_or_default(),
+                    reason: reason.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            print_lock(&response, json);
+        }
+        SessionsCommand::Unlock { id, user, agent } => {
+            let response = admin
+                .unlock_session(pb::UnlockSessionRequest {
+                    session: id.unwrap_or_default(),
+                    user: user.unwrap_or_default(),
+                    agent: agent.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            print_lock(&response, json);
+        }
+    }
+    Ok(())
+}
+
+fn print_session(session: &pb::Session, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "session": session.session, "user": session.user, "agent": session.agent,
+                "labels": session.labels, "locked": session.locked, "locked_reason": session.locked_reason,
+            })
+        );
+        return;
+    }
+    println!("session {}  user {}  agent {}", session.session, session.user, session.agent);
+    let labels = if session.labels.is_empty() { "(none)".to_owned() } else { session.labels.join(", ") };
+    println!("  labels: {labels}");
+    if session.locked {
+        println!("  LOCKED: {}", approvals::safe(&session.locked_reason));
+    }
+}
+
+fn print_lock(response: &pb::LockResponse, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "target": response.target, "locked": response.locked, "denied_approvals": response.denied_approvals })
+        );
+        return;
+    }
+    println!("{} {}", if response.locked { "locked" } else { "unlocked" }, response.target);
+    for id in &response.denied_approvals {
+        println!("  denied pending approval {id}");
+    }
+}
+
+fn timestamp_str(t: Option<&prost_types::Timestamp>) -> String {
+    t.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t.seconds).ok())
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
 }
 
 fn kind_of(action: &str) -> anyhow::Result<Kind> {

@@ -105,7 +105,8 @@ impl Desktop {
         // dunst hands the actions of its notifications to "dmenu"; this one
         // picks Approve, as a person clicking it would.
         let pick = dir.path().join("pick-approve");
-        std::fs::write(&pick, "#!/bin/sh\ngrep -m1 -- Approve\n").unwrap();
+        // (Not "Approve 15 min": that one approves for a window.)
+        std::fs::write(&pick, "#!/bin/sh\ngrep -- Approve | grep -v -- '15 min' | head -n1\n").unwrap();
         std::fs::set_permissions(&pick, std::fs::Permissions::from_mode(0o755)).unwrap();
         let config = dir.path().join("dunstrc");
         std::fs::write(&config, format!("[global]\n    dmenu = {}\n    browser = /bin/true\n", pick.display()))

@@ -125,3 +125,56 @@ async fn policy_check_reports_file_and_line_and_fails() {
     let stderr = String::from_utf8_lossy(&broken.stderr);
     assert!(stderr.contains("zz-extra.cedar:1:1: duplicate @id `files.no-credentials`"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_and_sessions_from_the_command_line() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let write = [&ALICE[..], &["fs.write", "/srv/shared/notes.md"]].concat();
+    assert_eq!(wardenctl(&endpoint, HARNESS, &write).await.status.code(), Some(2));
+
+    let created = wardenctl(
+        &endpoint,
+        ADMIN,
+        &[
+            "--json",
+            "grants",
+            "create",
+            "--user",
+            "alice",
+            "--action",
+            "fs.write",
+            "--resource",
+            "dir:/srv/shared",
+            "--for",
+            "2h",
+            "--reason",
+            "shared notes",
+        ],
+    )
+    .await;
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let grant: serde_json::Value = serde_json::from_str(&stdout(&created)).unwrap();
+    let grant_id = grant["grant_id"].as_str().unwrap().to_owned();
+    assert_eq!(wardenctl(&endpoint, HARNESS, &write).await.status.code(), Some(0));
+    let listed = wardenctl(&endpoint, ADMIN, &["grants", "list", "--user", "alice"]).await;
+    assert!(stdout(&listed).contains(&grant_id) && stdout(&listed).contains("dir:/srv/shared"), "{}", stdout(&listed));
+    assert!(wardenctl(&endpoint, ADMIN, &["grants", "revoke", &grant_id]).await.status.success());
+    assert_eq!(wardenctl(&endpoint, HARNESS, &write).await.status.code(), Some(2));
+
+    let locked = wardenctl(&endpoint, ADMIN, &["sessions", "lock", "s1", "--reason", "investigating"]).await;
+    assert!(stdout(&locked).starts_with("locked session:s1"), "{}", stdout(&locked));
+    let read = [&ALICE[..], &["fs.read", "/home/alice/project/a.rs"]].concat();
+    let denied = wardenctl(&endpoint, HARNESS, &read).await;
+    assert_eq!(denied.status.code(), Some(2));
+    assert!(stdout(&denied).contains("investigating"));
+    let shown = wardenctl(&endpoint, ADMIN, &["sessions", "show", "s1"]).await;
+    assert!(stdout(&shown).contains("LOCKED"), "{}", stdout(&shown));
+    assert!(wardenctl(&endpoint, ADMIN, &["sessions", "unlock", "s1"]).await.status.success());
+    assert_eq!(wardenctl(&endpoint, HARNESS, &read).await.status.code(), Some(0));
+    let cleared = wardenctl(&endpoint, ADMIN, &["--json", "sessions", "clear-labels", "s1"]).await;
+    let session: serde_json::Value = serde_json::from_str(&stdout(&cleared)).unwrap();
+    assert_eq!(session["labels"], serde_json::json!([]));
+    server.stop().await.unwrap();
+}
