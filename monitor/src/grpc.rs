@@ -15,7 +15,9 @@ use crate::auth::{Caller, Credentials, Role};
 use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
-use crate::service::{CallError, GrantRequest, LockOutcome, LockTarget, Monitor, Resolution, SessionView};
+use crate::service::{
+    CallError, GrantRequest, LockOutcome, LockTarget, Monitor, PolicyStatusView, Resolution, SessionView,
+};
 use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
 
 /// Checks the bearer token of every call to one service: unknown or missing
@@ -327,6 +329,22 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(session_to_proto(view)))
     }
 
+    async fn policy_status(
+        &self,
+        _request: Request<pb::PolicyStatusRequest>,
+    ) -> Result<Response<pb::PolicyStatusResponse>, Status> {
+        Ok(Response::new(status_to_proto(self.monitor.policy_status())))
+    }
+
+    async fn reload_policies(
+        &self,
+        request: Request<pb::ReloadPoliciesRequest>,
+    ) -> Result<Response<pb::ReloadPoliciesResponse>, Status> {
+        let caller = caller(&request)?;
+        let (loaded, status) = self.monitor.reload(&caller.name).await?;
+        Ok(Response::new(pb::ReloadPoliciesResponse { loaded, status: Some(status_to_proto(status)) }))
+    }
+
     async fn verify_audit(
         &self,
         _request: Request<pb::VerifyAuditRequest>,
@@ -464,6 +482,18 @@ fn grant_to_proto(grant: Grant) -> pb::Grant {
         created_by: grant.created_by,
         created_at: Some(timestamp(grant.created_unix_ns)),
         policy: String::new(),
+    }
+}
+
+fn status_to_proto(status: PolicyStatusView) -> pb::PolicyStatusResponse {
+    pb::PolicyStatusResponse {
+        policy_version: status.version,
+        loaded_at: Some(timestamp(status.loaded_at_unix_ns)),
+        files: status.files,
+        error: status.error,
+        warnings: status.warnings,
+        policies: u32::try_from(status.policies).unwrap_or(u32::MAX),
+        error_at: status.error_at_unix_ns.map(timestamp),
     }
 }
 

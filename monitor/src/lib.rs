@@ -20,3 +20,4 @@ pub mod policytest;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod watch;

@@ -110,6 +110,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         data: settings.data.clone(),
         credentials: setup.credentials,
         monitor: MonitorConfig {
+            policy_dir: settings.policies.clone(),
             decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },
             max_grant: settings.max_grant_duration,
             clock: system_clock(),

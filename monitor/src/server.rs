@@ -133,13 +133,17 @@ pub async fn start_with_signal(
     );
     let (shutdown_switch, shutdown) = Shutdown::new();
     let shutdown_signal = shutdown.clone();
-    let monitor = Monitor::new(snapshot, store, config.monitor.clone(), shutdown)
+    let monitor_config = MonitorConfig { policy_dir: config.policies.clone(), ..config.monitor.clone() };
+    let monitor = Monitor::new(snapshot, store, monitor_config, shutdown)
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
     let monitor = Arc::new(monitor);
 
     let (router, health) = grpc::router(&monitor, &credentials).await.map_err(ServerError::Reflection)?;
     // Approvals past their deadline are denied even when nobody asks.
     let sweeper = tokio::spawn(Arc::clone(&monitor).run_sweeper());
+    // A change in the policy folder is loaded within a second.
+    let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
+        .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
     drop(monitor);
 
     let addr = listener.local_addr().map_err(|e| ServerError::Task(format!("listener address: {e}")))?;
@@ -166,6 +170,7 @@ pub async fn start_with_signal(
             }
         };
         let _ = sweeper.await;
+        let _ = watcher.await;
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
         served?;

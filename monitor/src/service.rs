@@ -93,6 +93,8 @@ pub fn system_clock() -> Clock {
 /// Settings of the monitor beyond the policies.
 #[derive(Clone)]
 pub struct MonitorConfig {
+    /// The policy folder, read again on reload.
+    pub policy_dir: std::path::PathBuf,
     /// Decision settings.
     pub decision: DecisionConfig,
     /// The longest a grant may last.
@@ -103,7 +105,12 @@ pub struct MonitorConfig {
 
 impl Default for MonitorConfig {
     fn default() -> Self {
-        Self { decision: DecisionConfig::default(), max_grant: Duration::from_secs(7 * 86_400), clock: system_clock() }
+        Self {
+            policy_dir: std::path::PathBuf::from(crate::config::DEFAULT_POLICIES),
+            decision: DecisionConfig::default(),
+            max_grant: Duration::from_secs(7 * 86_400),
+            clock: system_clock(),
+        }
     }
 }
 
@@ -176,8 +183,29 @@ pub struct LockOutcome {
     pub denied_approvals: Vec<String>,
 }
 
+/// What `PolicyStatus` reports.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyStatusView {
+    /// The version serving.
+    pub version: String,
+    /// When it was loaded.
+    pub loaded_at_unix_ns: i64,
+    /// Its files.
+    pub files: Vec<String>,
+    /// How many policies.
+    pub policies: usize,
+    /// The last failed load, with file and line; empty after a good one.
+    pub error: String,
+    /// When that failure happened.
+    pub error_at_unix_ns: Option<i64>,
+    /// Validator warnings, and what the team should know (no forbid at all,
+    /// grants that no longer fit).
+    pub warnings: Vec<String>,
+}
+
 /// The monitor's state shared by every call.
 pub struct Monitor {
+    status: RwLock<PolicyStatusView>,
     snapshot: RwLock<Arc<PolicySnapshot>>,
     store: Store,
     config: MonitorConfig,
@@ -207,11 +235,13 @@ impl Monitor {
         shutdown: Shutdown,
     ) -> Result<Self, StoreError> {
         let (grants, problems) = GrantBook::load(store.grants()?, &snapshot);
-        for (grant_id, problem) in problems {
+        for (grant_id, problem) in &problems {
             tracing::warn!(%grant_id, %problem, "a stored grant no longer fits the policies and does not apply");
         }
         let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
+        let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
         Ok(Self {
+            status: RwLock::new(status),
             snapshot: RwLock::new(Arc::new(snapshot)),
             store,
             config,
@@ -226,15 +256,22 @@ impl Monitor {
         (self.config.clock)()
     }
 
-    /// What the decision needs to know of the session beyond the request.
-    fn facts(&self, actor: &Actor, harness: &str) -> Result<SessionFacts, StoreError> {
+    /// The policies in force and what the decision needs to know of the
+    /// session beyond the request. The policies and the grants compiled
+    /// against them are read together, so a request never sees half a reload.
+    fn facts(&self, actor: &Actor, harness: &str) -> Result<(Arc<PolicySnapshot>, SessionFacts), StoreError> {
         let labels = self.store.session(&actor.session)?.map(|record| record.labels).unwrap_or_default();
-        Ok(SessionFacts {
+        let (snapshot, grants) = {
+            let snapshot = read(&self.snapshot);
+            (Arc::clone(&snapshot), read(&self.grants).for_user(&actor.user))
+        };
+        let facts = SessionFacts {
             labels,
             harness: harness.to_owned(),
-            grants: read(&self.grants).for_user(&actor.user),
+            grants,
             lock: self.lock_of(&actor.session, &actor.user, &actor.agent),
-        })
+        };
+        Ok((snapshot, facts))
     }
 
     /// Why the session, its user or its agent kind is locked.
@@ -255,11 +292,7 @@ impl Monitor {
 
     /// The policy snapshot in force. Calls keep the one they started with.
     pub fn snapshot(&self) -> Arc<PolicySnapshot> {
-        match self.snapshot.read() {
-            Ok(guard) => Arc::clone(&guard),
-            // A writer panicked mid-swap; the Arc itself is always whole.
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
+        Arc::clone(&read(&self.snapshot))
     }
 
     /// The store.
@@ -279,11 +312,10 @@ impl Monitor {
             )));
         }
         let request_hash = request_hash(&input);
-        let snapshot = self.snapshot();
         let now = self.now();
         if !input.request_id.is_empty()
             && let Some(earlier) = self.store.remembered(&caller.name, &input.request_id)?
-            && earlier.replayable(unix_ns(now), &snapshot.version)
+            && earlier.replayable(unix_ns(now), &self.snapshot().version)
         {
             if earlier.request_hash != request_hash {
                 return Err(key_reused(&input.request_id));
@@ -291,7 +323,7 @@ impl Monitor {
             return self.current(earlier.decision).await;
         }
         let request = normalize(&input)?;
-        let facts = self.facts(&request.actor, &caller.name)?;
+        let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
         let evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
 
         let request_id = if input.request_id.is_empty() {
@@ -547,13 +579,12 @@ impl Monitor {
             let expired = self.expire(approval).await?;
             return Err(not_pending(&expired));
         }
-        let snapshot = self.snapshot();
+        let (snapshot, facts) = self.facts(&approval.request.actor, &approval.harness)?;
         if let Some(window) = &window {
             self.compile_grant(window, &caller.name, now, &snapshot)?;
         }
         let mut labels = vec![];
         let (state, outcome, policy_ids, reasons, kind) = if resolution.approve {
-            let facts = self.facts(&approval.request.actor, &approval.harness)?;
             // A request the policies of this moment cannot even read (its
             // action or context no longer fits the schema) is not approvable.
             let evaluation = decide_approved(&snapshot, &approval.request, &facts, now).unwrap_or_else(|invalid| {
@@ -927,6 +958,77 @@ impl Monitor {
         self.session(session)
     }
 
+    /// How the policies stand.
+    pub fn policy_status(&self) -> PolicyStatusView {
+        read(&self.status).clone()
+    }
+
+    /// Loads the policy folder again. A good load is swapped in whole (with
+    /// the grants compiled against it); a bad one leaves the last good set
+    /// serving and is reported in the status, the log and the audit log.
+    /// Returns whether the new set loaded, and the status.
+    pub async fn reload(&self, caller: &str) -> Result<(bool, PolicyStatusView), CallError> {
+        let _admin = self.admin.lock().await;
+        let dir = self.config.policy_dir.clone();
+        let loaded = tokio::task::spawn_blocking(move || PolicySnapshot::load(&dir))
+            .await
+            .map_err(|e| CallError::Store(StoreError::BatchFailed(format!("the policy loader failed: {e}"))))?;
+        let now = unix_ns(self.now());
+        let previous = self.snapshot();
+        match loaded {
+            Ok(snapshot) => {
+                let grants: Vec<Grant> = read(&self.grants).all().cloned().collect();
+                let (book, problems) = GrantBook::load(grants, &snapshot);
+                let status = status_of(&snapshot, now, &problems);
+                let changed = snapshot.version != previous.version;
+                if changed {
+                    let entry = AuditEntry {
+                        time_unix_ns: now,
+                        kind: "policy.reload".into(),
+                        caller: caller.to_owned(),
+                        resource: self.config.policy_dir.display().to_string(),
+                        reasons: std::iter::once(format!("{} -> {}", previous.version, snapshot.version))
+                            .chain(status.warnings.iter().cloned())
+                            .collect(),
+                        policy_version: snapshot.version.clone(),
+                        ..AuditEntry::default()
+                    };
+                    // Recorded first: a reload nobody can see did not happen.
+                    self.store.commit(Commit::record(entry)).await?;
+                    let mut serving = write(&self.snapshot);
+                    *write(&self.grants) = book;
+                    *serving = Arc::new(snapshot);
+                }
+                *write(&self.status) = status.clone();
+                if changed {
+                    tracing::info!(policy_version = %status.version, policies = status.policies, "policies reloaded");
+                }
+                Ok((true, status))
+            }
+            Err(error) => {
+                let message = error.to_string();
+                let entry = AuditEntry {
+                    time_unix_ns: now,
+                    kind: "policy.reload-failed".into(),
+                    caller: caller.to_owned(),
+                    resource: self.config.policy_dir.display().to_string(),
+                    reasons: error.diagnostics.iter().map(ToString::to_string).collect(),
+                    policy_version: previous.version.clone(),
+                    ..AuditEntry::default()
+                };
+                self.store.commit(Commit::record(entry)).await?;
+                let status = {
+                    let mut status = write(&self.status);
+                    status.error = message.clone();
+                    status.error_at_unix_ns = Some(now);
+                    status.clone()
+                };
+                tracing::warn!(error = %message, policy_version = %previous.version, "policy reload failed; the last good policies keep serving");
+                Ok((false, status))
+            }
+        }
+    }
+
     /// The first record to send for the newest `count`, or for all.
     pub fn audit_start(&self, count: u64, all: bool) -> Result<u64, CallError> {
         let last = self.store.last_seq()?;
@@ -936,6 +1038,29 @@ impl Monitor {
     /// Walks the audit chain.
     pub fn verify_audit(&self) -> VerifyReport {
         self.store.verify()
+    }
+}
+
+/// The status of a freshly loaded snapshot, with what the team should know.
+fn status_of(snapshot: &PolicySnapshot, now: i64, grant_problems: &[(String, InvalidInput)]) -> PolicyStatusView {
+    let summary = snapshot.summary();
+    let mut warnings: Vec<String> = snapshot.warnings.iter().map(ToString::to_string).collect();
+    if summary.policies == 0 {
+        warnings.push("the policy set has no policies: every request is denied".into());
+    } else if summary.forbids == 0 {
+        warnings.push("the policy set has no forbid: nothing is forbidden outright and nothing waits for approval".into());
+    }
+    for (grant_id, problem) in grant_problems {
+        warnings.push(format!("grant `{grant_id}` no longer fits the policies and does not apply: {problem}"));
+    }
+    PolicyStatusView {
+        version: snapshot.version.clone(),
+        loaded_at_unix_ns: now,
+        files: snapshot.files.clone(),
+        policies: summary.policies,
+        error: String::new(),
+        error_at_unix_ns: None,
+        warnings,
     }
 }
 

@@ -96,6 +96,7 @@ impl TestMonitor {
                 credential("security", Role::Admin, ADMIN, &[], &[]),
             ],
             monitor: MonitorConfig {
+                policy_dir: self.policies.clone(),
                 decision: DecisionConfig::default(),
                 max_grant: Duration::from_secs(7 * 86_400),
                 clock: self.clock(),
