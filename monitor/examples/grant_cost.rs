@@ -33,7 +33,8 @@ fn main() {
             std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
         }
     }
-    let mut entities = vec![serde_json::json!({ "uid": { "type": "Group", "id": "developers" }, "attrs": {}, "parents": [] })];
+    let mut entities =
+        vec![serde_json::json!({ "uid": { "type": "Group", "id": "developers" }, "attrs": {}, "parents": [] })];
     for u in 0..USERS {
         entities.push(serde_json::json!({
             "uid": { "type": "User", "id": format!("user{u}") },

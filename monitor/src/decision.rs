@@ -91,8 +91,9 @@ pub struct SessionFacts {
     pub harness: String,
     /// The active grants of the request's user.
     pub grants: Option<Arc<UserGrants>>,
-    /// Why the session, its user or its agent kind is locked, if it is.
-    pub lock: Option<String>,
+    /// Why the session may not act at all: it, its user or its agent kind
+    /// is locked, or the session id belongs to another user or agent.
+    pub blocked: Option<String>,
 }
 
 /// Settings of the decision that are not in the policies.
@@ -126,11 +127,11 @@ pub fn decide(
         Err(denial) => return Ok(denial),
     };
     // Step 1: lockdown.
-    if let Some(lock) = &facts.lock {
-        return Ok(Evaluation::deny(vec![], vec![lock.clone()]));
+    if let Some(why) = &facts.blocked {
+        return Ok(Evaluation::deny(vec![], vec![why.clone()]));
     }
     // Step 2: a matching grant counts as approval.
-    let grant_ids = match evaluator.matching_grants(facts) {
+    let grant_ids = match evaluator.matching_grants(facts)? {
         Ok(ids) => ids,
         Err(denial) => return Ok(*denial),
     };
@@ -214,8 +215,8 @@ pub fn decide_approved(
         Ok(evaluator) => evaluator,
         Err(denial) => return Ok(denial),
     };
-    if let Some(lock) = &facts.lock {
-        return Ok(Evaluation::deny(vec![], vec![lock.clone()]));
+    if let Some(why) = &facts.blocked {
+        return Ok(Evaluation::deny(vec![], vec![why.clone()]));
     }
     let response = match evaluator.evaluate(true) {
         Ok(response) => response,
@@ -312,22 +313,23 @@ impl<'a> Evaluator<'a> {
 
     /// The grants (of the request's user) that match this request. An
     /// erroring grant denies, like any erroring policy.
-    fn matching_grants(&self, facts: &SessionFacts) -> Result<Vec<String>, Box<Evaluation>> {
-        let Some(grants) = &facts.grants else { return Ok(vec![]) };
-        let request = self.request(false).map_err(|e| match e.into_result() {
-            Ok(denial) => Box::new(denial),
-            Err(invalid) => Box::new(Evaluation::deny(vec![], vec![invalid.to_string()])),
-        })?;
+    fn matching_grants(&self, facts: &SessionFacts) -> Result<Result<Vec<String>, Box<Evaluation>>, InvalidInput> {
+        let Some(grants) = &facts.grants else { return Ok(Ok(vec![])) };
+        let request = match self.request(false) {
+            Ok(request) => request,
+            // Bad context is bad input, as without grants.
+            Err(e) => return e.into_result().map(|denial| Err(Box::new(denial))),
+        };
         let response = Authorizer::new().is_authorized(&request, &grants.policies, &self.entities);
         if let Some(error) = response.diagnostics().errors().next() {
-            return Err(Box::new(Evaluation::deny(
+            return Ok(Err(Box::new(Evaluation::deny(
                 vec![],
                 vec![format!("a grant could not be evaluated, so the request is denied: {error}")],
-            )));
+            ))));
         }
         let mut ids: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
         ids.sort();
-        Ok(ids)
+        Ok(Ok(ids))
     }
 
     fn evaluate(&self, approved: bool) -> Result<Response, RequestError> {

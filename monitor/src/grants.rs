@@ -73,10 +73,14 @@ impl Scope {
         }
         let within = |entity_type: &'static str, id: &str| Scope { within: true, entity_type, id: id.to_owned() };
         match resource {
-            Resource::File { dirs, .. } => dirs
-                .first()
-                .map(|dir| within("Dir", dir))
-                .ok_or_else(|| InvalidInput::new("grant_scope", "`/` has no parent")),
+            // Every file is in `/`: a window over it would be a window over everything.
+            Resource::File { dirs, .. } => match dirs.first() {
+                Some(dir) if dir != "/" => Ok(within("Dir", dir)),
+                _ => Err(InvalidInput::new(
+                    "grant_scope",
+                    "the parent would be `/`, which holds every file: use `exact`",
+                )),
+            },
             Resource::Command { program, .. } => Ok(within("Program", program)),
             Resource::Url { host, .. } => Ok(within("Domain", host)),
             Resource::Tool { server, .. } => Ok(within("McpServer", server)),

@@ -260,18 +260,44 @@ impl Monitor {
     /// session beyond the request. The policies and the grants compiled
     /// against them are read together, so a request never sees half a reload.
     fn facts(&self, actor: &Actor, harness: &str) -> Result<(Arc<PolicySnapshot>, SessionFacts), StoreError> {
-        let labels = self.store.session(&actor.session)?.map(|record| record.labels).unwrap_or_default();
+        let record = self.store.session(&actor.session)?;
+        // A session id belongs to the user and agent that first used it: no
+        // one else inherits (or sheds) its labels, grants or locks.
+        let claimed = record.as_ref().filter(|r| r.user != actor.user || r.agent != actor.agent).map(|r| {
+            format!(
+                "session `{}` belongs to user `{}` and agent `{}`, not to user `{}` and agent `{}`",
+                actor.session, r.user, r.agent, actor.user, actor.agent
+            )
+        });
         let (snapshot, grants) = {
             let snapshot = read(&self.snapshot);
             (Arc::clone(&snapshot), read(&self.grants).for_user(&actor.user))
         };
         let facts = SessionFacts {
-            labels,
+            labels: record.map(|r| r.labels).unwrap_or_default(),
             harness: harness.to_owned(),
             grants,
-            lock: self.lock_of(&actor.session, &actor.user, &actor.agent),
+            blocked: claimed.or_else(|| self.lock_of(&actor.session, &actor.user, &actor.agent)),
         };
         Ok((snapshot, facts))
+    }
+
+    /// Whether every grant in `ids` is still active.
+    fn grants_active(&self, ids: &[String], now: i64) -> bool {
+        let book = read(&self.grants);
+        ids.iter().all(|id| book.get(id).is_some_and(|g| g.expires_unix_ns > now))
+    }
+
+    /// A decision as it may be handed out now: denied if the session, its
+    /// user or its agent kind has been locked since.
+    fn unless_locked(&self, actor: &Actor, mut decision: DecisionRecord) -> DecisionRecord {
+        if decision.outcome == Outcome::Allow
+            && let Some(lock) = self.lock_of(&actor.session, &actor.user, &actor.agent)
+        {
+            decision.outcome = Outcome::Deny;
+            decision.reasons.push(lock);
+        }
+        decision
     }
 
     /// Why the session, its user or its agent kind is locked.
@@ -313,14 +339,22 @@ impl Monitor {
         }
         let request_hash = request_hash(&input);
         let now = self.now();
+        // No replay once the session is locked, or once a grant the earlier
+        // decision relied on is gone: decide afresh.
+        let actor = &input.actor;
+        let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
         if !input.request_id.is_empty()
             && let Some(earlier) = self.store.remembered(&caller.name, &input.request_id)?
             && earlier.replayable(unix_ns(now), &self.snapshot().version)
+            && replay
+            && self.grants_active(&earlier.decision.grant_ids, unix_ns(now))
         {
             if earlier.request_hash != request_hash {
                 return Err(key_reused(&input.request_id));
             }
             return self.current(earlier.decision).await;
+        } else if let Some(earlier) = self.store.remembered(&caller.name, &input.request_id)? {
+            replay &= self.grants_active(&earlier.decision.grant_ids, unix_ns(now));
         }
         let request = normalize(&input)?;
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
@@ -405,6 +439,7 @@ impl Monitor {
                 request_hash,
                 now_unix_ns: now_ns,
                 policy_version: snapshot.version.clone(),
+                replay,
             }
         };
         let commit =
@@ -453,7 +488,7 @@ impl Monitor {
         let approval = self.approval_for_harness(caller, approval_id)?;
         if approval.state != ApprovalState::Pending {
             self.store.wait_durable(approval.decision.audit_seq).await?;
-            return Ok(approval.decision);
+            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
         }
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_AWAIT);
         let mut shutdown = self.shutdown();
@@ -464,7 +499,7 @@ impl Monitor {
                 event = events.recv() => match event {
                     Ok(ApprovalEvent { approval }) if approval.approval_id == approval_id => {
                         if approval.state != ApprovalState::Pending {
-                            return Ok(approval.decision);
+                            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
                         }
                     }
                     Ok(_) => {}
@@ -474,7 +509,7 @@ impl Monitor {
                             && now.state != ApprovalState::Pending
                         {
                             self.store.wait_durable(now.decision.audit_seq).await?;
-                            return Ok(now.decision);
+                            return Ok(self.unless_locked(&now.request.actor, now.decision));
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
@@ -483,7 +518,7 @@ impl Monitor {
         }
         let approval = self.store.approval(approval_id)?.unwrap_or(approval);
         self.store.wait_durable(approval.decision.audit_seq).await?;
-        Ok(approval.decision)
+        Ok(self.unless_locked(&approval.request.actor, approval.decision))
     }
 
     fn approval_for_harness(&self, caller: &Caller, approval_id: &str) -> Result<ApprovalRecord, CallError> {
@@ -539,13 +574,21 @@ impl Monitor {
         let Some(approval) = self.store.approval(&resolution.approval_id)? else {
             return Err(CallError::NotFound(format!("approval `{}` does not exist", resolution.approval_id)));
         };
-        // The window's grant, checked before anything is resolved.
+        // The window's grant, checked before anything is resolved. A parent
+        // scope lifts more than this request's policies in the way, so only
+        // an approver of every group may grant it.
+        if parent && caller.groups != crate::auth::UserScope::All {
+            return Err(CallError::PermissionDenied(format!(
+                "approving for a parent scope needs an approver of every group; credential `{}` is not one",
+                caller.name
+            )));
+        }
         let window = if resolution.grant_for_seconds > 0 {
             let scope = Scope::of_resource(&approval.request.resource, parent)?;
             Some(GrantRequest {
                 user: approval.request.actor.user.clone(),
                 session: approval.request.actor.session.clone(),
-                agent: String::new(),
+                agent: approval.request.actor.agent.clone(),
                 actions: vec![approval.request.action.clone()],
                 resource_scope: scope.canonical(),
                 ttl_seconds: resolution.grant_for_seconds,
@@ -579,10 +622,14 @@ impl Monitor {
             let expired = self.expire(approval).await?;
             return Err(not_pending(&expired));
         }
+        // Serialized with locks and grant changes: a lock either comes
+        // before this (and denies it) or after (and finds it resolved).
+        let _admin = self.admin.lock().await;
         let (snapshot, facts) = self.facts(&approval.request.actor, &approval.harness)?;
-        if let Some(window) = &window {
-            self.compile_grant(window, &caller.name, now, &snapshot)?;
-        }
+        let window = match &window {
+            Some(window) => Some(self.compile_grant(window, &caller.name, now, &snapshot)?),
+            None => None,
+        };
         let mut labels = vec![];
         let (state, outcome, policy_ids, reasons, kind) = if resolution.approve {
             // A request the policies of this moment cannot even read (its
@@ -612,18 +659,22 @@ impl Monitor {
             (ApprovalState::Denied, Outcome::Deny, approval.policy_ids.clone(), reasons, "approval.denied")
         };
         let actor = approval.request.actor.clone();
+        let window = window.filter(|_| state == ApprovalState::Approved);
+        let mut reasons = reasons;
+        if let Some((grant, _)) = &window {
+            reasons.push(format!(
+                "approved for {} as grant `{}` on `{}`",
+                crate::duration::format_duration(Duration::from_secs(resolution.grant_for_seconds)),
+                grant.grant_id,
+                grant.resource_scope
+            ));
+        }
         let resolved =
             finish(approval, state, outcome, policy_ids, reasons, &caller.name, &resolution.note, now, &snapshot);
         let session =
             SessionChange::Touch { session: actor.session, user: actor.user, agent: actor.agent, add: labels };
-        let committed = self.commit_resolution(resolved, kind, &caller.name, Some(session)).await?;
+        let committed = self.commit_resolution(resolved, kind, &caller.name, Some(session), window).await?;
         tracing::info!(approval_id = %committed.approval_id, state = committed.state.as_str(), by = %caller.name, "resolved");
-        if committed.state == ApprovalState::Approved
-            && let Some(window) = window
-        {
-            let grant = self.create_grant(&caller.name, window).await?;
-            tracing::info!(grant_id = %grant.grant_id, approval_id = %committed.approval_id, "approved for a window");
-        }
         Ok(committed)
     }
 
@@ -637,7 +688,7 @@ impl Monitor {
         let policy_ids = approval.policy_ids.clone();
         let expired =
             finish(approval, ApprovalState::Expired, Outcome::Deny, policy_ids, reasons, "", "", now, &snapshot);
-        self.commit_resolution(expired, "approval.expired", "monitor", None).await
+        self.commit_resolution(expired, "approval.expired", "monitor", None, None).await
     }
 
     /// Records a resolution if the approval is still pending; a concurrent
@@ -648,6 +699,7 @@ impl Monitor {
         kind: &str,
         caller: &str,
         session: Option<SessionChange>,
+        grant: Option<(Grant, cedar_policy::Policy)>,
     ) -> Result<ApprovalRecord, CallError> {
         let decision = &approval.decision;
         let entry = AuditEntry {
@@ -666,8 +718,15 @@ impl Monitor {
             approval_id: approval.approval_id.clone(),
         };
         let guard = Guard::StillPending { approval_id: approval.approval_id.clone() };
-        match self.store.commit(Commit { guard, approval: Some(approval), session, ..Commit::record(entry) }).await? {
-            Committed::New { approval: Some(approval), .. } => Ok(*approval),
+        let change = grant.as_ref().map(|(grant, _)| GrantChange::Put(grant.clone()));
+        let commit = Commit { guard, approval: Some(approval), session, grant: change, ..Commit::record(entry) };
+        match self.store.commit(commit).await? {
+            Committed::New { approval: Some(approval), .. } => {
+                if let Some((grant, policy)) = grant {
+                    write(&self.grants).insert(grant, policy);
+                }
+                Ok(*approval)
+            }
             Committed::NotPending(current) => Err(not_pending(&current)),
             other => Err(unexpected(other)),
         }
@@ -780,9 +839,9 @@ impl Monitor {
 
     /// Creates a grant: its permit applies from the very next request.
     pub async fn create_grant(&self, created_by: &str, request: GrantRequest) -> Result<Grant, CallError> {
+        let _admin = self.admin.lock().await;
         let snapshot = self.snapshot();
         let (grant, policy) = self.compile_grant(&request, created_by, self.now(), &snapshot)?;
-        let _admin = self.admin.lock().await;
         let entry = grant_entry(&grant, "grant.created", created_by, vec![grant.reason.clone()], &snapshot);
         self.store.commit(Commit { grant: Some(GrantChange::Put(grant.clone())), ..Commit::record(entry) }).await?;
         write(&self.grants).insert(grant.clone(), policy);
@@ -847,19 +906,27 @@ impl Monitor {
             locked_by: caller.name.clone(),
             locked_unix_ns: unix_ns(self.now()),
         };
-        {
-            let _admin = self.admin.lock().await;
-            let entry = AuditEntry {
-                time_unix_ns: lock.locked_unix_ns,
-                kind: "lock".into(),
-                caller: caller.name.clone(),
-                resource: key.clone(),
-                reasons: vec![reason.to_owned()],
-                policy_version: self.snapshot().version.clone(),
-                ..AuditEntry::default()
+        // Held through the pending scan, so that no approval is resolved
+        // between the lock and the denial of what it had pending.
+        let _admin = self.admin.lock().await;
+        let entry = AuditEntry {
+            time_unix_ns: lock.locked_unix_ns,
+            kind: "lock".into(),
+            caller: caller.name.clone(),
+            resource: key.clone(),
+            reasons: vec![reason.to_owned()],
+            policy_version: self.snapshot().version.clone(),
+            ..AuditEntry::default()
+        };
+        // In force first (fail closed), lifted again only if it cannot be recorded.
+        let before = write(&self.locks).insert(key.clone(), lock.clone());
+        if let Err(e) = self.store.commit(Commit { lock: Some(LockChange::Put(lock)), ..Commit::record(entry) }).await {
+            let mut locks = write(&self.locks);
+            match before {
+                Some(before) => locks.insert(key.clone(), before),
+                None => locks.remove(&key),
             };
-            self.store.commit(Commit { lock: Some(LockChange::Put(lock.clone())), ..Commit::record(entry) }).await?;
-            write(&self.locks).insert(key.clone(), lock);
+            return Err(e.into());
         }
         let mut denied = Vec::new();
         for approval in self.store.pending()? {
@@ -881,7 +948,7 @@ impl Monitor {
                 self.now(),
                 &snapshot,
             );
-            match self.commit_resolution(ended, "approval.denied", &caller.name, None).await {
+            match self.commit_resolution(ended, "approval.denied", &caller.name, None, None).await {
                 Ok(_) => denied.push(id),
                 Err(CallError::FailedPrecondition(_)) => {}
                 Err(e) => return Err(e),
@@ -1048,7 +1115,8 @@ fn status_of(snapshot: &PolicySnapshot, now: i64, grant_problems: &[(String, Inv
     if summary.policies == 0 {
         warnings.push("the policy set has no policies: every request is denied".into());
     } else if summary.forbids == 0 {
-        warnings.push("the policy set has no forbid: nothing is forbidden outright and nothing waits for approval".into());
+        warnings
+            .push("the policy set has no forbid: nothing is forbidden outright and nothing waits for approval".into());
     }
     for (grant_id, problem) in grant_problems {
         warnings.push(format!("grant `{grant_id}` no longer fits the policies and does not apply: {problem}"));

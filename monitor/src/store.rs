@@ -369,6 +369,9 @@ pub enum Guard {
         now_unix_ns: i64,
         /// The policy version deciding now.
         policy_version: String,
+        /// Whether an earlier decision may be replayed at all (not when the
+        /// session is locked now or a grant it relied on is gone).
+        replay: bool,
     },
     /// The approval is still pending (else its current state is returned).
     StillPending {
@@ -794,7 +797,7 @@ impl WriteLoop {
     fn plan(&self, overlay: &Overlay, commit: Commit, head: &mut Head) -> Result<Planned, StoreError> {
         let request_key = match &commit.guard {
             Guard::None => None,
-            Guard::NewRequest { harness, request_id, request_hash, now_unix_ns, policy_version } => {
+            Guard::NewRequest { harness, request_id, request_hash, now_unix_ns, policy_version, replay } => {
                 let key = request_key(harness, request_id);
                 let earlier = match overlay.requests.get(&key) {
                     Some(found) => Some(found.clone()),
@@ -806,6 +809,7 @@ impl WriteLoop {
                         .transpose()?,
                 };
                 if let Some(earlier) = earlier
+                    && *replay
                     && earlier.replayable(*now_unix_ns, policy_version)
                 {
                     return Ok(Planned::Answer(Box::new(if &earlier.request_hash == request_hash {
@@ -1039,12 +1043,11 @@ fn merge_session(current: Option<SessionRecord>, change: &SessionChange) -> Opti
                 (record.labels.len() != before).then_some(record)
             }
         },
-        SessionChange::ClearLabels { session } => {
-            let mut record =
-                current.unwrap_or_else(|| SessionRecord { session: session.clone(), ..SessionRecord::default() });
+        // A session never seen has no labels to clear (and no record to make).
+        SessionChange::ClearLabels { .. } => current.map(|mut record| {
             record.labels.clear();
-            Some(record)
-        }
+            record
+        }),
     }
 }
 
@@ -1183,6 +1186,7 @@ mod tests {
                 request_hash: format!("hash{n}"),
                 now_unix_ns: 0,
                 policy_version: "v".into(),
+                replay: true,
             },
             decision: Some(DecisionRecord {
                 request_id: format!("r{n}"),
@@ -1236,6 +1240,7 @@ mod tests {
                 request_hash: "other".into(),
                 now_unix_ns: 0,
                 policy_version: "v".into(),
+                replay: true,
             };
             assert_eq!(store.commit(reused).await.unwrap(), Committed::KeyReused);
             drop(store);

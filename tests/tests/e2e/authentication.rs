@@ -65,6 +65,7 @@ async fn a_harness_cannot_act_for_a_user_its_token_does_not_list() {
     let mut push = request("exec", crate::support::command(&["git", "push", "origin", "main"]));
     if let Some(actor) = push.actor.as_mut() {
         actor.user = "bob".into();
+        actor.session = "b1".into();
     }
     let pending = all.authorize(push).await.unwrap().into_inner();
     assert_eq!(pending.outcome, pb::Outcome::Pending as i32);

@@ -308,3 +308,68 @@ async fn harness_and_approver_tokens_cannot_use_admin() {
         assert_eq!(status.code(), Code::PermissionDenied, "{token}");
     }
 }
+
+#[tokio::test]
+async fn a_session_id_belongs_to_its_first_user_and_agent() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let read = || ActionRequest::read_file("/home/bob/work/notes.md");
+    let bob = Actor::new("bob", "codex", "shared-id");
+    assert_eq!(harness.authorize(&bob, read()).await.unwrap().outcome, Outcome::Allow);
+    // Another user, or another agent kind, cannot use (or shed) that session.
+    for intruder in [Actor::new("alice", "codex", "shared-id"), Actor::new("bob", "claude-code", "shared-id")] {
+        let denied = harness.authorize(&intruder, read()).await.unwrap();
+        assert_eq!(denied.outcome, Outcome::Deny);
+        assert!(
+            denied.reasons[0].contains("session `shared-id` belongs to user `bob` and agent `codex`"),
+            "{:?}",
+            denied.reasons
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lock_stops_replays_and_waits_too() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let keyed = ActionRequest::read_file("/home/alice/project/a.rs").request_id("same-id");
+    assert_eq!(harness.authorize(&alice(), keyed.clone()).await.unwrap().outcome, Outcome::Allow);
+    let mut admin = monitor.admin().await;
+    admin.lock_session(pb::LockSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap();
+    // The same request id is decided afresh: denied, and recorded.
+    let replayed = harness.authorize(&alice(), keyed).await.unwrap();
+    assert_eq!(replayed.outcome, Outcome::Deny);
+    assert_eq!(monitor.audit().await.last().unwrap().outcome, pb::Outcome::Deny as i32);
+}
+
+#[tokio::test]
+async fn a_window_over_a_parent_needs_an_approver_of_every_group() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let pending = harness.authorize(&alice(), ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
+    let mut release = monitor.approvals(crate::support::RELEASE_APPROVER).await;
+    let status = release
+        .resolve(pb::ResolveRequest {
+            approval_id: pending.approval_id.clone(),
+            approve: true,
+            grant_for_seconds: 900,
+            grant_scope: "parent".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // The exact request for a window is fine for the release manager.
+    let approved = release
+        .resolve(pb::ResolveRequest {
+            approval_id: pending.approval_id,
+            approve: true,
+            grant_for_seconds: 900,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(approved.state, pb::ApprovalState::Approved as i32);
+    assert!(approved.decision.unwrap().reasons.iter().any(|r| r.contains("as grant `grt-")));
+}
