@@ -11,5 +11,6 @@ mod decisions;
 mod grants;
 mod invalid_input;
 mod policies;
+mod reload;
 mod services;
 mod support;

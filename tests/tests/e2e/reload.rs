@@ -1,0 +1,135 @@
+//! Policy hot reload: a change serves within a second, a broken change never
+//! takes the monitor down or opens a hole, and a fix recovers.
+
+use std::time::{Duration, Instant};
+
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Outcome};
+
+use crate::support::{TestMonitor, bundled_policies};
+
+fn copy_bundled() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(bundled_policies()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+const FREEZE: &str = "@id(\"freeze-reads\") @reason(\"reads are frozen\")\nforbid (principal, action == Action::\"fs.read\", resource in Dir::\"/home/alice/project/frozen\");\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_serves_within_a_second_a_break_keeps_the_last_good_set_and_a_fix_recovers() {
+    let dir = copy_bundled();
+    let monitor = TestMonitor::start_with(dir.path().to_owned()).await;
+    let harness = monitor.harness().await;
+    let alice = Actor::new("alice", "claude-code", "reload");
+    let read = || ActionRequest::read_file("/home/alice/project/frozen/a.rs");
+    let mut admin = monitor.admin().await;
+    let before = admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner();
+    assert!(before.error.is_empty());
+
+    // Requests keep flowing while the folder changes; none may fail.
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let background = {
+        let harness = harness.clone();
+        let alice = alice.clone();
+        tokio::spawn(async move {
+            let mut count = 0u32;
+            while !*stopped.borrow_and_update() {
+                let decision = harness.authorize(&alice, ActionRequest::read_file("/home/alice/project/src/x.rs")).await;
+                assert_eq!(decision.expect("no request fails during a reload").outcome, Outcome::Allow);
+                count += 1;
+            }
+            count
+        })
+    };
+
+    assert_eq!(harness.authorize(&alice, read()).await.unwrap().outcome, Outcome::Allow);
+    let written = Instant::now();
+    std::fs::write(dir.path().join("freeze.cedar"), FREEZE).unwrap();
+    loop {
+        let decision = harness.authorize(&alice, read()).await.unwrap();
+        if decision.outcome == Outcome::Deny {
+            assert_eq!(decision.policy_ids, ["freeze-reads"]);
+            break;
+        }
+        assert!(written.elapsed() < Duration::from_secs(1), "the edit did not serve within a second");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner();
+    assert_ne!(status.policy_version, before.policy_version);
+    assert!(status.files.contains(&"freeze.cedar".to_owned()));
+
+    // A broken file: the last good set keeps serving, the error names file and line.
+    std::fs::write(dir.path().join("broken.cedar"), "@id(\"oops\")\npermit (principal, action, resource) when { resource.nope };\n").unwrap();
+    let broken_at = Instant::now();
+    let error = loop {
+        let status = admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner();
+        if !status.error.is_empty() {
+            assert_eq!(status.policy_version, admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner().policy_version);
+            break status.error;
+        }
+        assert!(broken_at.elapsed() < Duration::from_secs(2), "the failed reload was not reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(error.contains("broken.cedar:2:"), "{error}");
+    assert_eq!(harness.authorize(&alice, read()).await.unwrap().outcome, Outcome::Deny, "the last good set still serves");
+
+    // Fixed: the new set serves and the error is gone.
+    std::fs::remove_file(dir.path().join("broken.cedar")).unwrap();
+    std::fs::remove_file(dir.path().join("freeze.cedar")).unwrap();
+    let fixed_at = Instant::now();
+    loop {
+        let status = admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner();
+        if status.error.is_empty() && harness.authorize(&alice, read()).await.unwrap().outcome == Outcome::Allow {
+            assert_eq!(status.policy_version, before.policy_version);
+            break;
+        }
+        assert!(fixed_at.elapsed() < Duration::from_secs(2), "no recovery");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    stop.send(true).unwrap();
+    let served = background.await.unwrap();
+    assert!(served > 10, "only {served} background requests");
+    let kinds: Vec<String> = monitor.audit().await.into_iter().map(|r| r.kind).collect();
+    assert!(kinds.contains(&"policy.reload".to_owned()) && kinds.contains(&"policy.reload-failed".to_owned()));
+    assert!(monitor.verify().await.ok);
+}
+
+#[tokio::test]
+async fn reload_on_demand_reports_the_result_and_warns_about_sets_without_forbids() {
+    let dir = copy_bundled();
+    let monitor = TestMonitor::start_with(dir.path().to_owned()).await;
+    let mut admin = monitor.admin().await;
+    let unchanged = admin.reload_policies(pb::ReloadPoliciesRequest {}).await.unwrap().into_inner();
+    assert!(unchanged.loaded);
+    assert!(unchanged.status.unwrap().warnings.is_empty());
+
+    // Every forbid gone: still a valid set, but the status says so.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cedar") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    std::fs::write(dir.path().join("open.cedar"), "@id(\"open\") permit (principal, action, resource);\n").unwrap();
+    let open = admin.reload_policies(pb::ReloadPoliciesRequest {}).await.unwrap().into_inner();
+    assert!(open.loaded);
+    let status = open.status.unwrap();
+    assert_eq!(status.policies, 1);
+    assert!(status.warnings.iter().any(|w| w.contains("no forbid")), "{:?}", status.warnings);
+
+    std::fs::write(dir.path().join("open.cedar"), "not cedar at all").unwrap();
+    let failed = admin.reload_policies(pb::ReloadPoliciesRequest {}).await.unwrap().into_inner();
+    assert!(!failed.loaded);
+    assert!(failed.status.unwrap().error.contains("open.cedar:1:"));
+    // A harness token cannot reload.
+    let mut harness_admin = monitor.admin_with(crate::support::HARNESS).await;
+    let status = harness_admin.reload_policies(pb::ReloadPoliciesRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+}
