@@ -143,6 +143,18 @@ struct AuthorizeArgs {
     /// Idempotency key [default: a fresh one]
     #[arg(long)]
     request_id: Option<String>,
+    /// Show every policy's part in the decision instead of deciding: with
+    /// --policies, offline against that folder; without, the running
+    /// monitor's policies, grants, labels and locks (needs an admin token).
+    /// Nothing is recorded.
+    #[arg(long)]
+    explain: bool,
+    /// With --explain: a policy folder to try the request against offline
+    #[arg(long, value_name = "DIR", requires = "explain")]
+    policies: Option<PathBuf>,
+    /// With --explain --policies: labels the session holds
+    #[arg(long = "label", value_name = "LABEL", requires = "policies")]
+    labels: Vec<String>,
     /// The resource kind, when the action's name does not tell
     /// (fs.* file, exec command, http.* http, secret.* secret, tool.* tool)
     #[arg(long, value_enum)]
@@ -303,6 +315,26 @@ enum PolicyCommand {
         #[arg(default_value = "policies")]
         dir: PathBuf,
     },
+    /// Run the policy test suites in DIR/tests/*.json against DIR with the
+    /// monitor's own decision code (no server). Exit code 1 on a failure.
+    Test {
+        /// The policy folder
+        #[arg(default_value = "policies")]
+        dir: PathBuf,
+    },
+    /// Format the *.cedar files in DIR with Cedar's formatter.
+    Fmt {
+        /// The policy folder
+        #[arg(default_value = "policies")]
+        dir: PathBuf,
+        /// Change nothing; exit code 1 if a file is not formatted
+        #[arg(long)]
+        check: bool,
+    },
+    /// The running monitor's policies: version, files, last error, warnings (admin token).
+    Status,
+    /// Make the running monitor load its policy folder now (admin token).
+    Reload,
 }
 
 #[derive(Debug, Subcommand)]
@@ -398,6 +430,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Policy(PolicyCommand::Check { dir }) => Ok(policy_check(&dir, cli.json)),
+        Command::Policy(PolicyCommand::Test { dir }) => policy_test(&dir, cli.json),
+        Command::Policy(PolicyCommand::Fmt { dir, check }) => policy_fmt(&dir, check),
+        Command::Policy(PolicyCommand::Status) => {
+            let status = cli.connection.admin().await?.policy_status(pb::PolicyStatusRequest {}).await?.into_inner();
+            print_status(&status, cli.json);
+            Ok(if status.error.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Policy(PolicyCommand::Reload) => {
+            let reloaded =
+                cli.connection.admin().await?.reload_policies(pb::ReloadPoliciesRequest {}).await?.into_inner();
+            let status = reloaded.status.unwrap_or_default();
+            if !cli.json {
+                println!(
+                    "{}",
+                    if reloaded.loaded {
+                        "reloaded"
+                    } else {
+                        "the folder did not load; the last good policies keep serving"
+                    }
+                );
+            }
+            print_status(&status, cli.json);
+            Ok(if reloaded.loaded { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
         Command::Audit(AuditCommand::Verify { data }) => audit_verify(&cli.connection, data, cli.json).await,
         Command::Audit(AuditCommand::Tail { count, all, follow }) => {
             audit_tail(&cli.connection, count, all, follow, cli.json).await
@@ -423,6 +479,19 @@ async fn authorize(connection: &Connection, args: AuthorizeArgs, json: bool) -> 
     }
     if let Some(id) = args.request_id {
         request = request.request_id(id);
+    }
+    if args.explain {
+        let message = pb::AuthorizeRequest {
+            request_id: String::new(),
+            actor: Some(pb::Actor { user: args.user, agent: args.agent, session: args.session }),
+            ..request.into_proto_request()
+        };
+        let explanation = match &args.policies {
+            Some(dir) => explain_offline(dir, message, &args.labels)?,
+            None => connection.admin().await?.explain(message).await?.into_inner(),
+        };
+        print_explanation(&explanation, json);
+        return Ok(ExitCode::SUCCESS);
     }
     let client = connection.harness().await?;
     let actor = Actor::new(args.user, args.agent, args.session);
@@ -594,6 +663,169 @@ fn timestamp_str(t: Option<&prost_types::Timestamp>) -> String {
     t.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t.seconds).ok())
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
         .unwrap_or_default()
+}
+
+fn explain_offline(
+    dir: &std::path::Path,
+    message: pb::AuthorizeRequest,
+    labels: &[String],
+) -> anyhow::Result<pb::Explanation> {
+    use warden_monitor::decision::{DecisionConfig, SessionFacts, explain};
+    let snapshot =
+        warden_monitor::policy::PolicySnapshot::load(dir).map_err(|e| anyhow::anyhow!("{}:\n{e}", dir.display()))?;
+    let input = warden_monitor::grpc::request_input(message).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let request = warden_monitor::normalize::normalize(&input).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let facts = SessionFacts {
+        labels: labels.iter().cloned().collect(),
+        harness: "wardenctl".into(),
+        ..SessionFacts::default()
+    };
+    let (evaluation, traces) =
+        explain(&snapshot, &request, &facts, time::OffsetDateTime::now_utc(), &DecisionConfig::default())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(warden_monitor::grpc::explanation_to_proto(String::new(), evaluation, traces))
+}
+
+fn print_explanation(explanation: &pb::Explanation, json: bool) {
+    let decision = explanation.decision.clone().unwrap_or_default();
+    let outcome = match pb::Outcome::try_from(decision.outcome) {
+        Ok(pb::Outcome::Allow) => "ALLOW",
+        Ok(pb::Outcome::Deny) => "DENY",
+        Ok(pb::Outcome::Pending) => "PENDING",
+        _ => "?",
+    };
+    if json {
+        let policies: Vec<serde_json::Value> = explanation
+            .policies
+            .iter()
+            .map(|p| {
+                serde_json::json!({ "id": p.id, "effect": p.effect, "file": p.file, "matches": p.matches,
+                "matches_approved": p.matches_approved, "error": p.error })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "outcome": outcome, "policy_ids": decision.policy_ids, "reasons": decision.reasons,
+                "grant_ids": decision.grant_ids, "policies": policies })
+        );
+        return;
+    }
+    println!("{outcome}  (what-if: nothing was recorded)");
+    for reason in &decision.reasons {
+        println!("  reason: {reason}");
+    }
+    println!("  {:<7} {:<6} {:<9} {:<36} FILE", "MATCHES", "IF OK", "EFFECT", "POLICY");
+    for p in &explanation.policies {
+        let yes = |b: bool| if b { "yes" } else { "-" };
+        println!("  {:<7} {:<6} {:<9} {:<36} {}", yes(p.matches), yes(p.matches_approved), p.effect, p.id, p.file);
+        if !p.error.is_empty() {
+            println!("          ERROR: {}", p.error);
+        }
+    }
+}
+
+fn print_status(status: &pb::PolicyStatusResponse, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "policy_version": status.policy_version, "loaded_at": timestamp_str(status.loaded_at.as_ref()),
+                "files": status.files, "policies": status.policies, "error": status.error,
+                "error_at": timestamp_str(status.error_at.as_ref()), "warnings": status.warnings })
+        );
+        return;
+    }
+    println!(
+        "policy version {}  ({} policies, loaded {})",
+        status.policy_version,
+        status.policies,
+        timestamp_str(status.loaded_at.as_ref())
+    );
+    println!("  files: {}", status.files.join(", "));
+    for warning in &status.warnings {
+        println!("  warning: {warning}");
+    }
+    if !status.error.is_empty() {
+        println!(
+            "  LAST RELOAD FAILED ({}), the version above keeps serving:",
+            timestamp_str(status.error_at.as_ref())
+        );
+        for line in status.error.lines() {
+            println!("    {line}");
+        }
+    }
+}
+
+fn policy_test(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    use warden_monitor::policytest::{load_suites, run_suite};
+    let snapshot = match warden_monitor::policy::PolicySnapshot::load(dir) {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            for diagnostic in &error.diagnostics {
+                eprintln!("error: {}", diagnostic.render());
+            }
+            anyhow::bail!("{} does not load, so its tests cannot run", dir.display());
+        }
+    };
+    let suites = load_suites(&dir.join("tests"))?;
+    let config = warden_monitor::decision::DecisionConfig::default();
+    let (mut passed, mut failed) = (0, 0);
+    let mut report = Vec::new();
+    for (path, suite) in &suites {
+        let results = run_suite(&snapshot, suite, &config);
+        let suite_failed = results.iter().filter(|r| !r.passed()).count();
+        passed += results.len() - suite_failed;
+        failed += suite_failed;
+        if json {
+            let cases: Vec<serde_json::Value> = results
+                .iter()
+                .map(|r| serde_json::json!({ "name": r.name, "passed": r.passed(), "failures": r.failures, "actual": r.actual }))
+                .collect();
+            report
+                .push(serde_json::json!({ "suite": suite.suite, "file": path.display().to_string(), "cases": cases }));
+            continue;
+        }
+        for result in results.iter().filter(|r| !r.passed()) {
+            println!("FAIL {} / {}", suite.suite, result.name);
+            for failure in &result.failures {
+                println!("     {failure}");
+            }
+            println!("     got: {}", result.actual);
+        }
+        println!("{}: {} passed, {suite_failed} failed", suite.suite, results.len() - suite_failed);
+    }
+    if json {
+        println!("{}", serde_json::json!({ "passed": passed, "failed": failed, "suites": report }));
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn policy_fmt(dir: &std::path::Path, check: bool) -> anyhow::Result<ExitCode> {
+    let config = cedar_policy_formatter::Config { line_width: 100, indent_width: 2 };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cedar"))
+        .collect();
+    paths.sort();
+    let mut unformatted = 0;
+    for path in paths {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let pretty = cedar_policy_formatter::policies_str_to_pretty(&text, &config)
+            .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        if pretty != text {
+            unformatted += 1;
+            if check {
+                println!("not formatted: {}", path.display());
+            } else {
+                std::fs::write(&path, pretty).with_context(|| format!("writing {}", path.display()))?;
+                println!("formatted {}", path.display());
+            }
+        }
+    }
+    Ok(if check && unformatted > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 fn kind_of(action: &str) -> anyhow::Result<Kind> {

@@ -178,3 +178,116 @@ async fn grants_and_sessions_from_the_command_line() {
     assert_eq!(session["labels"], serde_json::json!([]));
     server.stop().await.unwrap();
 }
+
+fn copy_policies() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tests")).unwrap();
+    for sub in ["", "tests"] {
+        for entry in std::fs::read_dir(policies().join(sub)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, dir.path().join(sub).join(path.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    dir
+}
+
+#[tokio::test]
+async fn policy_test_passes_on_the_bundled_pack_and_prints_the_difference_on_a_failure() {
+    let ok = wardenctl("http://127.0.0.1:1", "", &["policy", "test", policies().to_str().unwrap()]).await;
+    assert!(ok.status.success(), "{}{}", stdout(&ok), String::from_utf8_lossy(&ok.stderr));
+    assert!(stdout(&ok).lines().last().unwrap().ends_with(" 0 failed"), "{}", stdout(&ok));
+
+    let dir = copy_policies();
+    std::fs::write(
+        dir.path().join("tests/wrong.json"),
+        r#"{ "suite": "wrong on purpose", "cases": [ {
+            "name": "an SSH key is readable",
+            "actor": { "user": "alice", "agent": "claude-code", "session": "s1" },
+            "action": "fs.read", "resource": { "file": { "path": "/home/alice/.ssh/id_rsa" } },
+            "expect": "ALLOW" },
+          { "name": "a grant lets alice write a shared folder",
+            "actor": { "user": "alice", "agent": "claude-code", "session": "s1" },
+            "action": "fs.write", "resource": { "file": { "path": "/srv/shared/a" } },
+            "grants": [ { "actions": ["fs.write"], "resource_scope": "dir:/srv/shared" } ],
+            "expect": "ALLOW" } ] }"#,
+    )
+    .unwrap();
+    let failed = wardenctl("http://127.0.0.1:1", "", &["policy", "test", dir.path().to_str().unwrap()]).await;
+    assert_eq!(failed.status.code(), Some(1));
+    let text = stdout(&failed);
+    assert!(text.contains("FAIL wrong on purpose / an SSH key is readable"), "{text}");
+    assert!(text.contains("expected Allow, got Deny"), "{text}");
+    assert!(text.contains("files.no-credentials"), "{text}");
+    assert!(text.contains("wrong on purpose: 1 passed, 1 failed"), "{text}");
+
+    let json = wardenctl("http://127.0.0.1:1", "", &["--json", "policy", "test", dir.path().to_str().unwrap()]).await;
+    let report: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(report["failed"], 1);
+}
+
+#[tokio::test]
+async fn a_syntax_error_is_named_by_file_and_line() {
+    let dir = copy_policies();
+    std::fs::write(
+        dir.path().join("typo.cedar"),
+        "@id(\"typo\")\npermit (principal, action, resource)\nwhen { resource.path == \"x\" ;\n",
+    )
+    .unwrap();
+    let checked = wardenctl("http://127.0.0.1:1", "", &["policy", "check", dir.path().to_str().unwrap()]).await;
+    assert_eq!(checked.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(stderr.contains("typo.cedar:3:"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_status_and_reload() {
+    // Offline, against a candidate folder, with labels.
+    let explained = wardenctl(
+        "http://127.0.0.1:1",
+        "",
+        &[
+            &ALICE[..],
+            &[
+                "--explain",
+                "--policies",
+                policies().to_str().unwrap(),
+                "--label",
+                "untrusted-input",
+                "--label",
+                "private-data",
+                "http.request",
+                "POST",
+                "https://api.github.com/repos/acme/app/issues",
+            ],
+        ]
+        .concat(),
+    )
+    .await;
+    assert!(explained.status.success(), "{}", String::from_utf8_lossy(&explained.stderr));
+    let text = stdout(&explained);
+    assert!(text.starts_with("PENDING"), "{text}");
+    let trifecta = text.lines().find(|l| l.contains("trifecta.no-exfiltration")).unwrap();
+    assert!(trifecta.trim_start().starts_with("yes"), "{trifecta}");
+
+    // Online, with the admin token: status, reload, explain.
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let status = wardenctl(&endpoint, ADMIN, &["--json", "policy", "status"]).await;
+    let status: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert!(status["policy_version"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(status["error"], "");
+    let reloaded = wardenctl(&endpoint, ADMIN, &["policy", "reload"]).await;
+    assert!(reloaded.status.success());
+    assert!(stdout(&reloaded).starts_with("reloaded"));
+    let online =
+        wardenctl(&endpoint, ADMIN, &[&ALICE[..], &["--explain", "fs.read", "/home/alice/project/.env"]].concat())
+            .await;
+    assert!(stdout(&online).starts_with("DENY"), "{}", stdout(&online));
+    // Nothing was recorded.
+    let verify = wardenctl(&endpoint, ADMIN, &["audit", "verify"]).await;
+    assert!(stdout(&verify).starts_with("ok: 0 records"), "{}", stdout(&verify));
+    server.stop().await.unwrap();
+}

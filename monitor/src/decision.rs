@@ -237,6 +237,74 @@ pub fn decide_approved(
     Ok(Evaluation::deny(policy_ids, reasons))
 }
 
+/// How one policy fared for a request, for `authorize --explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyTrace {
+    /// `@id` (or the grant id).
+    pub id: String,
+    /// `permit` or `forbid`.
+    pub effect: &'static str,
+    /// The file it came from (`grant` for grants).
+    pub file: String,
+    /// Its conditions hold with `context.approved = false`.
+    pub matches: bool,
+    /// Its conditions hold with `context.approved = true`.
+    pub matches_approved: bool,
+    /// Its evaluation error, if any.
+    pub error: Option<String>,
+}
+
+/// Every policy (and grant of the user) evaluated on its own against the
+/// request, with and without approval, and the decision itself.
+pub fn explain(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+    now: OffsetDateTime,
+    config: &DecisionConfig,
+) -> Result<(Evaluation, Vec<PolicyTrace>), InvalidInput> {
+    let evaluation = decide(snapshot, request, facts, now, config)?;
+    let evaluator = match Evaluator::new(snapshot, request, facts, now)? {
+        Ok(evaluator) => evaluator,
+        Err(_) => return Ok((evaluation, vec![])),
+    };
+    let requests = match (evaluator.request(false), evaluator.request(true)) {
+        (Ok(plain), Ok(approved)) => (plain, approved),
+        _ => return Ok((evaluation, vec![])),
+    };
+    let mut sources: Vec<(cedar_policy::Policy, String)> = snapshot
+        .policies
+        .policies()
+        .map(|p| (p.clone(), snapshot.meta(p.id()).map_or_else(String::new, |m| m.file.clone())))
+        .collect();
+    if let Some(grants) = &facts.grants {
+        sources.extend(grants.policies.policies().map(|p| (p.clone(), "grant".to_owned())));
+    }
+    let authorizer = Authorizer::new();
+    let mut traces = Vec::with_capacity(sources.len());
+    for (policy, file) in sources {
+        let id = snapshot.meta(policy.id()).map_or_else(|| policy.id().to_string(), |m| m.id.clone());
+        let effect = match policy.effect() {
+            Effect::Permit => "permit",
+            Effect::Forbid => "forbid",
+        };
+        let mut alone = cedar_policy::PolicySet::new();
+        if alone.add(policy.clone()).is_err() {
+            continue;
+        }
+        let run = |request: &Request| {
+            let response = authorizer.is_authorized(request, &alone, &evaluator.entities);
+            let error = response.diagnostics().errors().next().map(ToString::to_string);
+            (response.diagnostics().reason().next().is_some(), error)
+        };
+        let (matches, error) = run(&requests.0);
+        let (matches_approved, error_approved) = run(&requests.1);
+        traces.push(PolicyTrace { id, effect, file, matches, matches_approved, error: error.or(error_approved) });
+    }
+    traces.sort_by(|a, b| (a.file.as_str(), a.id.as_str()).cmp(&(b.file.as_str(), b.id.as_str())));
+    Ok((evaluation, traces))
+}
+
 fn no_permit(request: &NormalizedRequest) -> String {
     format!("no policy permits `{}` on {}", request.action, request.resource.display_uid())
 }

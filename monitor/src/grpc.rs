@@ -329,6 +329,12 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(session_to_proto(view)))
     }
 
+    async fn explain(&self, request: Request<pb::AuthorizeRequest>) -> Result<Response<pb::Explanation>, Status> {
+        let input = request_input(request.into_inner()).map_err(CallError::from)?;
+        let (evaluation, traces) = self.monitor.explain(&input)?;
+        Ok(Response::new(explanation_to_proto(input.request_id, evaluation, traces)))
+    }
+
     async fn policy_status(
         &self,
         _request: Request<pb::PolicyStatusRequest>,
@@ -483,6 +489,34 @@ fn grant_to_proto(grant: Grant) -> pb::Grant {
         created_at: Some(timestamp(grant.created_unix_ns)),
         policy: String::new(),
     }
+}
+
+/// A what-if as the security team sees it.
+pub fn explanation_to_proto(
+    request_id: String,
+    evaluation: crate::decision::Evaluation,
+    traces: Vec<crate::decision::PolicyTrace>,
+) -> pb::Explanation {
+    let decision = pb::Decision {
+        request_id,
+        outcome: outcome_to_proto(evaluation.outcome) as i32,
+        policy_ids: evaluation.policy_ids,
+        reasons: evaluation.reasons,
+        grant_ids: evaluation.grant_ids,
+        ..pb::Decision::default()
+    };
+    let policies = traces
+        .into_iter()
+        .map(|t| pb::PolicyTrace {
+            id: t.id,
+            effect: t.effect.to_owned(),
+            file: t.file,
+            matches: t.matches,
+            matches_approved: t.matches_approved,
+            error: t.error.unwrap_or_default(),
+        })
+        .collect();
+    pb::Explanation { decision: Some(decision), policies }
 }
 
 fn status_to_proto(status: PolicyStatusView) -> pb::PolicyStatusResponse {

@@ -21,6 +21,7 @@ use time::OffsetDateTime;
 
 use crate::decision::{DecisionConfig, Outcome, SessionFacts, decide};
 use crate::duration::parse_duration;
+use crate::grants::{Grant, GrantBook};
 use crate::normalize::{Actor, RequestInput, ResourceInput, normalize};
 use crate::policy::PolicySnapshot;
 
@@ -81,6 +82,22 @@ pub enum CaseResource {
     },
 }
 
+/// A grant in a test case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseGrant {
+    /// Actions.
+    pub actions: Vec<String>,
+    /// `KIND:ID`.
+    pub resource_scope: String,
+    /// Only this session.
+    #[serde(default)]
+    pub session: String,
+    /// Only this agent kind.
+    #[serde(default)]
+    pub agent: String,
+}
+
 /// What a case expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum Expected {
@@ -122,6 +139,9 @@ pub struct Case {
     /// The clock, RFC 3339 (default: the suite's).
     #[serde(default)]
     pub now: Option<String>,
+    /// Grants the case's user holds (valid for a day from `now`).
+    #[serde(default)]
+    pub grants: Vec<CaseGrant>,
     /// The expected outcome.
     pub expect: Expected,
     /// When given, exactly these determining policies.
@@ -236,7 +256,37 @@ pub fn check_case(
             serde_json::Value::Object(case.context.clone()).to_string()
         },
     };
-    let facts = SessionFacts { labels: case.labels.clone(), harness: "policy-test".into(), ..SessionFacts::default() };
+    let grants: Vec<Grant> = case
+        .grants
+        .iter()
+        .enumerate()
+        .map(|(n, g)| Grant {
+            grant_id: format!("test-grant-{n}"),
+            user: case.actor.user.clone(),
+            session: g.session.clone(),
+            agent: g.agent.clone(),
+            actions: g.actions.clone(),
+            resource_scope: g.resource_scope.clone(),
+            expires_unix_ns: i64::try_from((now + time::Duration::days(1)).unix_timestamp_nanos()).unwrap_or(i64::MAX),
+            reason: String::new(),
+            created_by: "policy-test".into(),
+            created_unix_ns: 0,
+        })
+        .collect();
+    let (book, problems) = GrantBook::load(grants, snapshot);
+    if let Some((id, problem)) = problems.first() {
+        return CaseResult {
+            name: case.name.clone(),
+            failures: vec![format!("{id}: {problem}")],
+            actual: String::new(),
+        };
+    }
+    let facts = SessionFacts {
+        labels: case.labels.clone(),
+        harness: "policy-test".into(),
+        grants: book.for_user(&case.actor.user),
+        ..SessionFacts::default()
+    };
     let decided = normalize(&input).and_then(|request| decide(snapshot, &request, &facts, now, config));
     let evaluation = match decided {
         Err(invalid) => {
@@ -253,9 +303,10 @@ pub fn check_case(
         Ok(evaluation) => evaluation,
     };
     let actual = format!(
-        "{} policies [{}] reasons [{}]",
+        "{} policies [{}] grants [{}] reasons [{}]",
         evaluation.outcome.as_str(),
         evaluation.policy_ids.join(", "),
+        evaluation.grant_ids.join(", "),
         evaluation.reasons.join("; ")
     );
     let outcome = match evaluation.outcome {

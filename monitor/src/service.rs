@@ -1025,6 +1025,14 @@ impl Monitor {
         self.session(session)
     }
 
+    /// What-if: the decision and every policy's part in it, for the
+    /// policies, grants, labels and locks of this moment. Nothing is recorded.
+    pub fn explain(&self, input: &RequestInput) -> Result<(Evaluation, Vec<crate::decision::PolicyTrace>), CallError> {
+        let request = normalize(input)?;
+        let (snapshot, facts) = self.facts(&request.actor, "explain")?;
+        Ok(crate::decision::explain(&snapshot, &request, &facts, self.now(), &self.config.decision)?)
+    }
+
     /// How the policies stand.
     pub fn policy_status(&self) -> PolicyStatusView {
         read(&self.status).clone()

@@ -258,6 +258,19 @@ impl ActionRequest {
         self
     }
 
+    /// The request as a proto message with no actor (for tools that send it
+    /// themselves, like `wardenctl authorize --explain`).
+    pub fn into_proto_request(self) -> pb::AuthorizeRequest {
+        pb::AuthorizeRequest {
+            request_id: self.request_id,
+            actor: None,
+            action: self.action,
+            resource: Some(self.resource),
+            justification: self.justification,
+            context_json: self.context_json,
+        }
+    }
+
     fn to_proto(&self, actor: &Actor) -> pb::AuthorizeRequest {
         pb::AuthorizeRequest {
             request_id: self.request_id.clone(),

@@ -40,7 +40,8 @@ async fn an_edit_serves_within_a_second_a_break_keeps_the_last_good_set_and_a_fi
         tokio::spawn(async move {
             let mut count = 0u32;
             while !*stopped.borrow_and_update() {
-                let decision = harness.authorize(&alice, ActionRequest::read_file("/home/alice/project/src/x.rs")).await;
+                let decision =
+                    harness.authorize(&alice, ActionRequest::read_file("/home/alice/project/src/x.rs")).await;
                 assert_eq!(decision.expect("no request fails during a reload").outcome, Outcome::Allow);
                 count += 1;
             }
@@ -65,19 +66,30 @@ async fn an_edit_serves_within_a_second_a_break_keeps_the_last_good_set_and_a_fi
     assert!(status.files.contains(&"freeze.cedar".to_owned()));
 
     // A broken file: the last good set keeps serving, the error names file and line.
-    std::fs::write(dir.path().join("broken.cedar"), "@id(\"oops\")\npermit (principal, action, resource) when { resource.nope };\n").unwrap();
+    std::fs::write(
+        dir.path().join("broken.cedar"),
+        "@id(\"oops\")\npermit (principal, action, resource) when { resource.nope };\n",
+    )
+    .unwrap();
     let broken_at = Instant::now();
     let error = loop {
         let status = admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner();
         if !status.error.is_empty() {
-            assert_eq!(status.policy_version, admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner().policy_version);
+            assert_eq!(
+                status.policy_version,
+                admin.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner().policy_version
+            );
             break status.error;
         }
         assert!(broken_at.elapsed() < Duration::from_secs(2), "the failed reload was not reported");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(error.contains("broken.cedar:2:"), "{error}");
-    assert_eq!(harness.authorize(&alice, read()).await.unwrap().outcome, Outcome::Deny, "the last good set still serves");
+    assert_eq!(
+        harness.authorize(&alice, read()).await.unwrap().outcome,
+        Outcome::Deny,
+        "the last good set still serves"
+    );
 
     // Fixed: the new set serves and the error is gone.
     std::fs::remove_file(dir.path().join("broken.cedar")).unwrap();
