@@ -389,6 +389,21 @@ mod tests {
     }
 
     #[test]
+    fn every_bundled_policy_is_covered_by_a_case() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+        let snapshot = PolicySnapshot::load(&dir).unwrap();
+        let covered: BTreeSet<String> = load_suites(&dir.join("tests"))
+            .unwrap()
+            .into_iter()
+            .flat_map(|(_, suite)| suite.cases)
+            .flat_map(|case| case.policy_ids.unwrap_or_default())
+            .collect();
+        let missing: Vec<&String> =
+            snapshot.meta.values().map(|m| &m.id).filter(|id| !covered.contains(*id)).collect();
+        assert!(missing.is_empty(), "no case expects these policies: {missing:?}");
+    }
+
+    #[test]
     fn the_decision_corpus_passes() {
         run_folder(&Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/decision"));
     }
