@@ -39,6 +39,7 @@ async fn monitor(data: &Path) -> RunningServer {
             credential("desk-oncall", Role::Approver, APPROVER),
         ],
         monitor: Default::default(),
+        durability: Default::default(),
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

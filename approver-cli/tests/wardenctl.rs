@@ -31,6 +31,7 @@ async fn monitor(data: &Path) -> RunningServer {
         data: data.to_owned(),
         credentials: vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
         monitor: Default::default(),
+        durability: Default::default(),
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

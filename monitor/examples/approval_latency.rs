@@ -41,6 +41,7 @@ async fn main() {
                 credential("bench-approver", Role::Approver, "a"),
             ],
             monitor: warden_monitor::service::MonitorConfig::default(),
+            durability: Default::default(),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

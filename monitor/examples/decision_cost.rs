@@ -2,7 +2,7 @@
 //! twice for PENDING) in-process, and a whole `Authorize` over gRPC on
 //! loopback with its durable audit record, one at a time and 32 at a time.
 //!
-//! `cargo run --release -p warden-monitor --example decision_cost [-- ITERATIONS]`
+//! `cargo run --release -p warden-monitor --example decision_cost [-- ITERATIONS [fsync|flush]]`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -52,9 +52,14 @@ fn input(path: &str, argv: Option<&[&str]>) -> RequestInput {
 #[tokio::main]
 async fn main() {
     let iterations: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(5000);
+    // `flush` to measure without fsync after each group commit.
+    let durability = match std::env::args().nth(2).as_deref() {
+        Some("flush") => warden_monitor::store::Durability::Flush,
+        _ => warden_monitor::store::Durability::Fsync,
+    };
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
     let snapshot = PolicySnapshot::load(&policies).unwrap();
-    println!("bundled policies: {} policies, {} iterations per row", snapshot.len(), iterations);
+    println!("bundled policies: {} policies, {} iterations per row, durability {durability:?}", snapshot.len(), iterations);
     let facts = SessionFacts { harness: "bench".into(), ..SessionFacts::default() };
     let config = DecisionConfig::default();
 
@@ -91,6 +96,7 @@ async fn main() {
                 groups: vec![],
             }],
             monitor: warden_monitor::service::MonitorConfig::default(),
+            durability,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

@@ -80,6 +80,7 @@ async fn main() {
                 groups: vec![],
             }],
             monitor: MonitorConfig::default(),
+            durability: Default::default(),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

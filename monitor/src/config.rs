@@ -82,6 +82,9 @@ pub struct FileConfig {
     pub default_approval_timeout: Option<String>,
     /// The longest a grant (or an approval for a window) may last, e.g. `7d`.
     pub max_grant_duration: Option<String>,
+    /// `fsync` (default: an answer means the record survives power loss) or
+    /// `flush` (survives a killed process; faster).
+    pub durability: Option<crate::store::Durability>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
@@ -110,6 +113,8 @@ pub struct Settings {
     pub default_approval_timeout: Duration,
     /// The longest a grant may last.
     pub max_grant_duration: Duration,
+    /// How durable an answer is.
+    pub durability: crate::store::Durability,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
 }
@@ -146,6 +151,7 @@ impl Settings {
             log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
             default_approval_timeout,
             max_grant_duration,
+            durability: file.durability.unwrap_or_default(),
             credentials: file.credentials,
         })
     }

@@ -109,6 +109,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         policies: settings.policies.clone(),
         data: settings.data.clone(),
         credentials: setup.credentials,
+        durability: settings.durability,
         monitor: MonitorConfig {
             policy_dir: settings.policies.clone(),
             decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },

@@ -15,7 +15,7 @@ use crate::config::STORE_DIR;
 use crate::grpc;
 use crate::policy::{LoadError, PolicySnapshot};
 use crate::service::{Monitor, MonitorConfig, Shutdown};
-use crate::store::{Store, StoreError};
+use crate::store::{Durability, Store, StoreError};
 
 /// How long shutdown waits for connected clients before closing anyway.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -67,6 +67,8 @@ pub struct ServerConfig {
     pub credentials: Vec<CredentialConfig>,
     /// Decision, grant and clock settings.
     pub monitor: MonitorConfig,
+    /// How durable an answer is.
+    pub durability: Durability,
 }
 
 /// A monitor serving on a listener.
@@ -124,7 +126,7 @@ pub async fn start_with_signal(
     let credentials = Arc::new(Credentials::new(&config.credentials)?);
     let store_dir = config.data.join(STORE_DIR);
     let (store, closer) =
-        Store::open(&store_dir).map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
+        Store::open_with(&store_dir, config.durability).map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
     tracing::info!(
         policies = snapshot.len(),
         policy_version = %snapshot.version,

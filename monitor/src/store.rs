@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -511,11 +512,41 @@ pub mod trees {
     pub const SESSIONS: &str = "sessions";
 }
 
+/// How durable an acknowledged write is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// sled's flush, then fsync of the database file: survives power loss.
+    #[default]
+    Fsync,
+    /// sled's flush only (`sync_file_range` on Linux): survives a killed
+    /// process, not necessarily a power loss or a kernel crash.
+    Flush,
+}
+
 impl Store {
+    /// Opens (or creates) the store in `dir` with fsync durability.
+    pub fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
+        Self::open_with(dir, Durability::Fsync)
+    }
+
     /// Opens (or creates) the store in `dir` and starts its writer. Must be
     /// called inside a tokio runtime.
-    pub fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
+    pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, StoreCloser), StoreError> {
         let db = sled::Config::new().path(dir).open()?;
+        // sled 0.34 flushes with sync_file_range; fsync of its log file (the
+        // inode, whichever descriptor) makes the flushed data power-safe.
+        let sync = match durability {
+            Durability::Fsync => {
+                let file = std::fs::OpenOptions::new().read(true).open(dir.join("db")).map_err(sled::Error::Io)?;
+                // The folder too, so that files sled created are found after a crash.
+                if let Ok(folder) = std::fs::File::open(dir) {
+                    let _ = folder.sync_all();
+                }
+                Some(Arc::new(file))
+            }
+            Durability::Flush => None,
+        };
         let trees = Trees {
             audit: db.open_tree(trees::AUDIT)?,
             requests: db.open_tree(trees::REQUESTS)?,
@@ -546,6 +577,7 @@ impl Store {
                 approval_events: approval_events.clone(),
                 flushed: flushed_tx,
                 failed: None,
+                sync,
             }
             .run(rx, closing, head),
         );
@@ -697,6 +729,8 @@ struct WriteLoop {
     /// Set when a flush failed after its transaction committed: what is in
     /// the trees may or may not be on disk, so nothing more is accepted.
     failed: Option<String>,
+    /// The database file to fsync after each flush (fsync durability).
+    sync: Option<Arc<std::fs::File>>,
 }
 
 type Reply = oneshot::Sender<Result<Committed, StoreError>>;
@@ -728,7 +762,7 @@ impl WriteLoop {
             }
             head = self.write_batch(batch, head).await;
         }
-        if let Err(e) = self.db.flush_async().await {
+        if let Err(e) = self.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
     }
@@ -760,7 +794,7 @@ impl WriteLoop {
             }
         }
         let written = match self.transact(&writes) {
-            Ok(()) => self.db.flush_async().await.map(|_| ()).map_err(|e| {
+            Ok(()) => self.flush().await.map_err(|e| {
                 let why = format!("a flush failed ({e}); restart the monitor");
                 self.failed = Some(why.clone());
                 StoreError::BatchFailed(why)
@@ -791,6 +825,19 @@ impl WriteLoop {
                 head
             }
         }
+    }
+
+    /// sled's flush, then (fsync durability) fsync of the database file.
+    async fn flush(&self) -> Result<(), String> {
+        self.db.flush_async().await.map_err(|e| e.to_string())?;
+        if let Some(file) = &self.sync {
+            let file = Arc::clone(file);
+            tokio::task::spawn_blocking(move || file.sync_data())
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Decides what one commit does, advancing `head` when it appends.

@@ -97,6 +97,7 @@ async fn invalid_policies_refuse_to_start_with_file_and_line() {
         data: data.path().to_owned(),
         credentials: vec![],
         monitor: Default::default(),
+        durability: Default::default(),
     };
     let Err(error) = warden_monitor::server::start(config, listener).await else {
         panic!("started with a broken policy")

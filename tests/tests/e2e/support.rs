@@ -95,6 +95,7 @@ impl TestMonitor {
                 credential("plain-oncall", Role::Approver, PLAIN_APPROVER, &[], &[]),
                 credential("security", Role::Admin, ADMIN, &[], &[]),
             ],
+            durability: Default::default(),
             monitor: MonitorConfig {
                 policy_dir: self.policies.clone(),
                 decision: DecisionConfig::default(),
