@@ -59,7 +59,11 @@ async fn main() {
     };
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
     let snapshot = PolicySnapshot::load(&policies).unwrap();
-    println!("bundled policies: {} policies, {} iterations per row, durability {durability:?}", snapshot.len(), iterations);
+    println!(
+        "bundled policies: {} policies, {} iterations per row, durability {durability:?}",
+        snapshot.len(),
+        iterations
+    );
     let facts = SessionFacts { harness: "bench".into(), ..SessionFacts::default() };
     let config = DecisionConfig::default();
 

@@ -102,7 +102,8 @@ async fn main() {
             let mut samples = Vec::new();
             while running.load(Ordering::Relaxed) {
                 let start = Instant::now();
-                let decision = client.authorize(&actor, ActionRequest::read_file("/home/alice/project/a.rs")).await.unwrap();
+                let decision =
+                    client.authorize(&actor, ActionRequest::read_file("/home/alice/project/a.rs")).await.unwrap();
                 assert_eq!(decision.outcome, Outcome::Allow);
                 samples.push((Instant::now(), start.elapsed()));
             }

@@ -398,8 +398,7 @@ mod tests {
             .flat_map(|(_, suite)| suite.cases)
             .flat_map(|case| case.policy_ids.unwrap_or_default())
             .collect();
-        let missing: Vec<&String> =
-            snapshot.meta.values().map(|m| &m.id).filter(|id| !covered.contains(*id)).collect();
+        let missing: Vec<&String> = snapshot.meta.values().map(|m| &m.id).filter(|id| !covered.contains(*id)).collect();
         assert!(missing.is_empty(), "no case expects these policies: {missing:?}");
     }
 

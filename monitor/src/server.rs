@@ -125,8 +125,8 @@ pub async fn start_with_signal(
     }
     let credentials = Arc::new(Credentials::new(&config.credentials)?);
     let store_dir = config.data.join(STORE_DIR);
-    let (store, closer) =
-        Store::open_with(&store_dir, config.durability).map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
+    let (store, closer) = Store::open_with(&store_dir, config.durability)
+        .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
     tracing::info!(
         policies = snapshot.len(),
         policy_version = %snapshot.version,
