@@ -40,6 +40,8 @@ fn start(data: &Path) -> (Child, String) {
             return (child, format!("http://{addr}"));
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("wardend did not start");
 }
 
@@ -52,7 +54,7 @@ async fn channel(endpoint: &str) -> tonic::transport::Channel {
 }
 
 /// What clients were told, across every round.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Acknowledged {
     /// request id -> (outcome, audit seq).
     decisions: HashMap<String, (Outcome, u64)>,
@@ -211,7 +213,8 @@ async fn nothing_acknowledged_is_lost_to_sigkill() {
         .unwrap();
         if round > 0 {
             // After the previous kill: everything told before is still there.
-            let (count, missing) = check(&endpoint, &data, &seen.lock().unwrap_or_else(|e| e.into_inner())).await;
+            let told = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let (count, missing) = check(&endpoint, &data, &told).await;
             records = count;
             total_missing += missing;
         }
@@ -229,7 +232,7 @@ async fn nothing_acknowledged_is_lost_to_sigkill() {
     })
     .await
     .unwrap();
-    let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let (count, missing) = check(&endpoint, &data, &seen).await;
     records = records.max(count);
     total_missing += missing;
