@@ -346,7 +346,15 @@ enum AuditCommand {
         /// of asking the running monitor
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// Also check the log against a saved checkpoint (from `audit
+        /// checkpoint`): a truncated or rewritten log fails
+        #[arg(long, value_name = "FILE")]
+        checkpoint: Option<PathBuf>,
     },
+    /// Print the running monitor's audit head, signed (one JSON line): save
+    /// it somewhere else, and check the log against it later with
+    /// `audit verify --checkpoint FILE`.
+    Checkpoint,
     /// Print the newest records.
     Tail {
         /// How many records
@@ -454,7 +462,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print_status(&status, cli.json);
             Ok(if reloaded.loaded { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Audit(AuditCommand::Verify { data }) => audit_verify(&cli.connection, data, cli.json).await,
+        Command::Audit(AuditCommand::Verify { data, checkpoint }) => {
+            audit_verify(&cli.connection, data, checkpoint, cli.json).await
+        }
+        Command::Audit(AuditCommand::Checkpoint) => {
+            let response = cli.connection.admin().await?.verify_audit(pb::VerifyAuditRequest {}).await?.into_inner();
+            let Some(c) = response.checkpoint else { bail!("the monitor signed no checkpoint") };
+            if !response.ok {
+                eprintln!(
+                    "wardenctl: the chain is broken at #{}: the checkpoint covers the records before it",
+                    response.first_bad_seq
+                );
+            }
+            let checkpoint = warden_monitor::checkpoint::Checkpoint {
+                seq: c.seq,
+                hash: c.hash,
+                time_unix_ns: c.time_unix_ns,
+                public_key: c.public_key,
+                signature: c.signature,
+            };
+            println!("{}", serde_json::to_string(&checkpoint)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Audit(AuditCommand::Tail { count, all, follow }) => {
             audit_tail(&cli.connection, count, all, follow, cli.json).await
         }
@@ -968,8 +997,25 @@ fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
     }
 }
 
-async fn audit_verify(connection: &Connection, data: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    let (ok, records, head_seq, head_hash, first_bad_seq, error) = match data {
+async fn audit_verify(
+    connection: &Connection,
+    data: Option<PathBuf>,
+    checkpoint: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use warden_monitor::store::{Head, VerifyReport};
+    let saved = match &checkpoint {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+            let checkpoint: warden_monitor::checkpoint::Checkpoint =
+                serde_json::from_str(line).with_context(|| format!("{} holds no checkpoint", path.display()))?;
+            Some(checkpoint)
+        }
+        None => None,
+    };
+    // The report, the monitor's public key, and the hash stored at the checkpoint's record.
+    let (report, public_key, hash_at) = match data {
         Some(data) => {
             let path = data.join(warden_monitor::config::STORE_DIR);
             if !path.is_dir() {
@@ -982,26 +1028,77 @@ async fn audit_verify(connection: &Connection, data: Option<PathBuf>, json: bool
             let report = warden_monitor::store::verify_chain(
                 tree.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
             );
-            let (bad, error) = report.first_bad.clone().unwrap_or_default();
-            (report.ok(), report.records, report.head.seq, report.head.hash, bad, error)
+            // Read only: a missing key is not created here.
+            let key_path = data.join(warden_monitor::config::CHECKPOINT_KEY_FILE);
+            let public_key = if key_path.is_file() {
+                Some(
+                    warden_monitor::checkpoint::CheckpointKey::load_or_create(&key_path)
+                        .map_err(|e| anyhow::anyhow!(e))?
+                        .public_hex(),
+                )
+            } else {
+                None
+            };
+            let hash_at = match &saved {
+                Some(c) => tree
+                    .get(c.seq.to_be_bytes())?
+                    .and_then(|v| serde_json::from_slice::<warden_monitor::store::AuditRecord>(&v).ok())
+                    .map(|r| r.hash),
+                None => None,
+            };
+            (report, public_key, hash_at)
         }
         None => {
             let mut admin = connection.admin().await?;
             let r = admin.verify_audit(pb::VerifyAuditRequest {}).await?.into_inner();
-            (r.ok, r.records, r.head_seq, r.head_hash, r.first_bad_seq, r.error)
+            let hash_at = match &saved {
+                Some(c) if c.seq > 0 => {
+                    let mut stream =
+                        admin.tail_audit(pb::TailAuditRequest { all: true, ..Default::default() }).await?.into_inner();
+                    let mut found = None;
+                    while let Some(record) = stream.next().await {
+                        let record = record?;
+                        if record.seq == c.seq {
+                            found = Some(record.hash);
+                            break;
+                        }
+                    }
+                    found
+                }
+                _ => None,
+            };
+            let first_bad = (!r.ok).then(|| (r.first_bad_seq, r.error.clone()));
+            let report =
+                VerifyReport { records: r.records, head: Head { seq: r.head_seq, hash: r.head_hash }, first_bad };
+            (report, r.checkpoint.map(|c| c.public_key), hash_at)
         }
     };
+    let mut ok = report.ok();
+    let mut problems: Vec<String> =
+        report.first_bad.iter().map(|(seq, e)| format!("BROKEN at record #{seq}: {e}")).collect();
+    if let Some(saved) = &saved {
+        if public_key.as_deref().is_some_and(|k| k != saved.public_key) {
+            problems.push("the checkpoint was signed by another key than this monitor's".into());
+        }
+        if let Err(e) = warden_monitor::checkpoint::check_log(saved, &report, hash_at) {
+            problems.push(format!("CHECKPOINT FAILS: {e}"));
+        }
+        ok &= problems.is_empty();
+    }
     if json {
         println!(
             "{}",
-            serde_json::json!({ "ok": ok, "records": records, "head_seq": head_seq, "head_hash": head_hash,
-                "first_bad_seq": first_bad_seq, "error": error })
+            serde_json::json!({ "ok": ok, "records": report.records, "head_seq": report.head.seq,
+                "head_hash": report.head.hash, "problems": problems })
         );
     } else if ok {
-        println!("ok: {records} records, head #{head_seq} {head_hash}");
+        let against = saved.map(|c| format!(", and holds checkpoint #{}", c.seq)).unwrap_or_default();
+        println!("ok: {} records, head #{} {}{against}", report.records, report.head.seq, report.head.hash);
     } else {
-        println!("BROKEN at record #{first_bad_seq}: {error}");
-        println!("  records before it verify; last good head #{head_seq} {head_hash}");
+        for problem in &problems {
+            println!("{problem}");
+        }
+        println!("  the chain verifies up to #{} {}", report.head.seq, report.head.hash);
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -40,6 +40,7 @@ async fn monitor(data: &Path) -> RunningServer {
         ],
         monitor: Default::default(),
         durability: Default::default(),
+        checkpoint_every: std::time::Duration::from_secs(300),
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

@@ -32,6 +32,7 @@ async fn monitor(data: &Path) -> RunningServer {
         credentials: vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
         monitor: Default::default(),
         durability: Default::default(),
+        checkpoint_every: std::time::Duration::from_secs(300),
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }
@@ -291,4 +292,69 @@ async fn explain_status_and_reload() {
     let verify = wardenctl(&endpoint, ADMIN, &["audit", "verify"]).await;
     assert!(stdout(&verify).starts_with("ok: 0 records"), "{}", stdout(&verify));
     server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_checkpoint_catches_a_truncated_or_rewritten_log() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    for n in 0..3 {
+        let path = format!("/home/alice/project/{n}.rs");
+        wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", &path]].concat()).await;
+    }
+    let checkpoint = wardenctl(&endpoint, ADMIN, &["audit", "checkpoint"]).await;
+    assert!(checkpoint.status.success(), "{}", String::from_utf8_lossy(&checkpoint.stderr));
+    let saved = data.path().join("saved-checkpoint.json");
+    std::fs::write(&saved, stdout(&checkpoint)).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&stdout(&checkpoint)).unwrap();
+    assert_eq!(parsed["seq"], 3);
+    for n in 3..5 {
+        let path = format!("/home/alice/project/{n}.rs");
+        wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", &path]].concat()).await;
+    }
+    let online = wardenctl(&endpoint, ADMIN, &["audit", "verify", "--checkpoint", saved.to_str().unwrap()]).await;
+    assert!(online.status.success(), "{}", stdout(&online));
+    assert!(stdout(&online).contains("holds checkpoint #3"));
+    server.stop().await.unwrap();
+    let store = data.path().join("store");
+    let offline = |extra: &[&str]| {
+        let mut args = vec!["audit", "verify", "--data", data.path().to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        async move { wardenctl("http://127.0.0.1:1", "", &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+
+    // Rewrite the head: record 3 says DENY and is hashed again, so the bare
+    // chain still verifies.
+    {
+        let db = sled::open(&store).unwrap();
+        let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
+        for seq in [4u64, 5] {
+            tree.remove(seq.to_be_bytes()).unwrap();
+        }
+        let mut record: warden_monitor::store::AuditRecord =
+            serde_json::from_slice(&tree.get(3u64.to_be_bytes()).unwrap().unwrap()).unwrap();
+        record.outcome = "DENY".into();
+        record.hash = record.compute_hash();
+        tree.insert(3u64.to_be_bytes(), serde_json::to_vec(&record).unwrap()).unwrap();
+        db.flush().unwrap();
+    }
+    let bare = offline(&[]).await;
+    assert!(bare.status.success(), "a rewritten head passes a bare chain check: {}", stdout(&bare));
+    let caught = offline(&["--checkpoint", saved.to_str().unwrap()]).await;
+    assert_eq!(caught.status.code(), Some(1));
+    assert!(stdout(&caught).contains("the log was rewritten"), "{}", stdout(&caught));
+
+    // Cut off the newest records instead.
+    {
+        let db = sled::open(&store).unwrap();
+        let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
+        tree.remove(3u64.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    assert!(offline(&[]).await.status.success());
+    let caught = offline(&["--checkpoint", saved.to_str().unwrap()]).await;
+    assert_eq!(caught.status.code(), Some(1));
+    assert!(stdout(&caught).contains("records were removed"), "{}", stdout(&caught));
 }

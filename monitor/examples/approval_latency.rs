@@ -42,6 +42,7 @@ async fn main() {
             ],
             monitor: warden_monitor::service::MonitorConfig::default(),
             durability: Default::default(),
+            checkpoint_every: std::time::Duration::from_secs(300),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

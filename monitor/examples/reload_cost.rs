@@ -81,6 +81,7 @@ async fn main() {
             }],
             monitor: MonitorConfig::default(),
             durability: Default::default(),
+            checkpoint_every: std::time::Duration::from_secs(300),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

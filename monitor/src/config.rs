@@ -20,6 +20,10 @@ pub const DEFAULT_POLICIES: &str = "./policies";
 pub const DEFAULT_DATA: &str = "./.warden";
 /// The credentials file in the data folder.
 pub const CREDENTIALS_FILE: &str = "credentials.toml";
+/// The checkpoint signing key in the data folder (outside the store).
+pub const CHECKPOINT_KEY_FILE: &str = "checkpoint.key";
+/// Signed checkpoints, one JSON line each, in the data folder.
+pub const CHECKPOINT_LOG_FILE: &str = "checkpoints.jsonl";
 /// The sled store's folder in the data folder.
 pub const STORE_DIR: &str = "store";
 
@@ -85,6 +89,8 @@ pub struct FileConfig {
     /// `fsync` (default: an answer means the record survives power loss) or
     /// `flush` (survives a killed process; faster).
     pub durability: Option<crate::store::Durability>,
+    /// How often the audit head is signed, e.g. `5m` (and on shutdown).
+    pub checkpoint_interval: Option<String>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
@@ -115,6 +121,8 @@ pub struct Settings {
     pub max_grant_duration: Duration,
     /// How durable an answer is.
     pub durability: crate::store::Durability,
+    /// How often the audit head is signed.
+    pub checkpoint_interval: Duration,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
 }
@@ -152,6 +160,11 @@ impl Settings {
             default_approval_timeout,
             max_grant_duration,
             durability: file.durability.unwrap_or_default(),
+            checkpoint_interval: positive_duration(
+                "checkpoint_interval",
+                file.checkpoint_interval,
+                Duration::from_secs(300),
+            )?,
             credentials: file.credentials,
         })
     }

@@ -356,7 +356,7 @@ impl pb::admin_server::Admin for AdminService {
         _request: Request<pb::VerifyAuditRequest>,
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
         let monitor = Arc::clone(&self.monitor);
-        let report = tokio::task::spawn_blocking(move || monitor.verify_audit())
+        let (report, checkpoint) = tokio::task::spawn_blocking(move || monitor.verify_audit())
             .await
             .map_err(|_| Status::internal("verification did not finish"))?;
         let (first_bad_seq, error) = report.first_bad.clone().unwrap_or_default();
@@ -367,6 +367,13 @@ impl pb::admin_server::Admin for AdminService {
             head_hash: report.head.hash,
             first_bad_seq,
             error,
+            checkpoint: checkpoint.map(|c| pb::Checkpoint {
+                seq: c.seq,
+                hash: c.hash,
+                time_unix_ns: c.time_unix_ns,
+                public_key: c.public_key,
+                signature: c.signature,
+            }),
         }))
     }
 }

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod checkpoint;
 pub mod config;
 pub mod decision;
 pub mod duration;

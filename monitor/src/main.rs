@@ -110,6 +110,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         data: settings.data.clone(),
         credentials: setup.credentials,
         durability: settings.durability,
+        checkpoint_every: settings.checkpoint_interval,
         monitor: MonitorConfig {
             policy_dir: settings.policies.clone(),
             decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },

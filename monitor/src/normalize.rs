@@ -336,10 +336,15 @@ fn normalize_http(method: &str, raw_url: &str) -> Result<Resource, InvalidInput>
     }
     let (host, domains) = match url.host() {
         Some(url::Host::Domain(domain)) => {
-            // The URL parser lower-cases and IDNA-encodes; a trailing dot names
-            // the same host and must not dodge a policy.
-            let host = domain.trim_end_matches('.').to_owned();
+            // The URL parser lower-cases and IDNA-encodes; one trailing dot
+            // names the same host and must not dodge a policy. More than one
+            // is no host name (and would hide an IPv4 address from the
+            // parser's number check).
+            let host = domain.strip_suffix('.').unwrap_or(domain).to_owned();
             if host.is_empty() || host.split('.').any(str::is_empty) {
+                return Err(InvalidInput::new(FIELD, format!("host `{domain}` is not a valid name")));
+            }
+            if !matches!(url::Host::parse(&host), Ok(url::Host::Domain(_))) {
                 return Err(InvalidInput::new(FIELD, format!("host `{domain}` is not a valid name")));
             }
             let domains = domain_chain(&host);
@@ -413,28 +418,34 @@ fn canonical_json(value: serde_json::Value) -> serde_json::Value {
 }
 
 /// Decodes percent-escapes of unreserved characters (`%61` is `a`) and
-/// upper-cases the others, so that one path has one spelling (RFC 3986 6.2.2).
+/// upper-cases the others, so that one path has one spelling (RFC 3986
+/// 6.2.2). A `%` that does not start an escape is written `%25`, so that no
+/// later decoding can join it with what follows.
 fn normalize_percent_encoding(path: &str) -> String {
     let bytes = path.as_bytes();
     let mut out = String::with_capacity(path.len());
     let mut at = 0;
     while let Some(&byte) = bytes.get(at) {
-        let escape = (byte == b'%')
-            .then(|| bytes.get(at + 1..at + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escape {
-            Some(decoded) if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) => {
-                out.push(char::from(decoded));
+        if byte != b'%' {
+            // Multi-byte UTF-8 is copied byte by byte below, as a str slice.
+            let next = path.get(at..).and_then(|rest| rest.chars().next()).unwrap_or('\u{fffd}');
+            out.push(next);
+            at += next.len_utf8();
+            continue;
+        }
+        let hex = |i: usize| bytes.get(i).and_then(|b| char::from(*b).to_digit(16));
+        match (hex(at + 1), hex(at + 2)) {
+            (Some(high), Some(low)) => {
+                let decoded = u8::try_from(high * 16 + low).unwrap_or(0);
+                if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) {
+                    out.push(char::from(decoded));
+                } else {
+                    out.push_str(&format!("%{decoded:02X}"));
+                }
                 at += 3;
             }
-            Some(decoded) => {
-                out.push_str(&format!("%{decoded:02X}"));
-                at += 3;
-            }
-            None => {
-                out.push(char::from(byte));
+            _ => {
+                out.push_str("%25");
                 at += 1;
             }
         }
@@ -472,7 +483,12 @@ fn absolute_path(field: &str, path: &str, cwd_field: &str, cwd: &str) -> Result<
         return Err(InvalidInput::new(cwd_field, "must be an absolute path"));
     }
     bounded_path(cwd_field, cwd)?;
-    Ok(clean_path(&format!("{cwd}/{path}")))
+    let joined = clean_path(&format!("{cwd}/{path}"));
+    // The limit holds for the file named, not only for its two parts.
+    if joined.len() > limits::PATH_BYTES {
+        return Err(too_long(field, limits::PATH_BYTES));
+    }
+    Ok(joined)
 }
 
 fn bounded_path(field: &str, path: &str) -> Result<(), InvalidInput> {

@@ -69,6 +69,8 @@ pub struct ServerConfig {
     pub monitor: MonitorConfig,
     /// How durable an answer is.
     pub durability: Durability,
+    /// How often the audit head is signed (and on shutdown).
+    pub checkpoint_every: std::time::Duration,
 }
 
 /// A monitor serving on a listener.
@@ -138,11 +140,18 @@ pub async fn start_with_signal(
     let monitor_config = MonitorConfig { policy_dir: config.policies.clone(), ..config.monitor.clone() };
     let monitor = Monitor::new(snapshot, store, monitor_config, shutdown)
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
-    let monitor = Arc::new(monitor);
+    let key_path = config.data.join(crate::config::CHECKPOINT_KEY_FILE);
+    let key = crate::checkpoint::CheckpointKey::load_or_create(&key_path).map_err(ServerError::Task)?;
+    let monitor = Arc::new(monitor.with_checkpoints(crate::service::Checkpoints {
+        key,
+        log: config.data.join(crate::config::CHECKPOINT_LOG_FILE),
+        every: config.checkpoint_every,
+    }));
 
     let (router, health) = grpc::router(&monitor, &credentials).await.map_err(ServerError::Reflection)?;
     // Approvals past their deadline are denied even when nobody asks.
     let sweeper = tokio::spawn(Arc::clone(&monitor).run_sweeper());
+    let signer = tokio::spawn(Arc::clone(&monitor).run_checkpoints());
     // A change in the policy folder is loaded within a second.
     let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
         .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
@@ -172,6 +181,7 @@ pub async fn start_with_signal(
             }
         };
         let _ = sweeper.await;
+        let _ = signer.await;
         let _ = watcher.await;
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);

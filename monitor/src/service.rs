@@ -203,8 +203,19 @@ pub struct PolicyStatusView {
     pub warnings: Vec<String>,
 }
 
+/// Signed checkpoints: the key, where periodic ones are appended, how often.
+pub struct Checkpoints {
+    /// The signing key (kept outside the store).
+    pub key: crate::checkpoint::CheckpointKey,
+    /// `checkpoints.jsonl` in the data folder, outside the store.
+    pub log: std::path::PathBuf,
+    /// How often the head is signed (when it moved), and on shutdown.
+    pub every: Duration,
+}
+
 /// The monitor's state shared by every call.
 pub struct Monitor {
+    checkpoints: Option<Checkpoints>,
     status: RwLock<PolicyStatusView>,
     snapshot: RwLock<Arc<PolicySnapshot>>,
     store: Store,
@@ -241,6 +252,7 @@ impl Monitor {
         let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
         Ok(Self {
+            checkpoints: None,
             status: RwLock::new(status),
             snapshot: RwLock::new(Arc::new(snapshot)),
             store,
@@ -1110,10 +1122,73 @@ impl Monitor {
         Ok(if all { 1 } else { last.saturating_sub(count).saturating_add(1) })
     }
 
-    /// Walks the audit chain.
-    pub fn verify_audit(&self) -> VerifyReport {
-        self.store.verify()
+    /// Walks the audit chain; with a key, signs the verified head.
+    pub fn verify_audit(&self) -> (VerifyReport, Option<crate::checkpoint::Checkpoint>) {
+        let report = self.store.verify();
+        let checkpoint = self.checkpoints.as_ref().map(|c| c.key.sign(&report.head, unix_ns(self.now())));
+        (report, checkpoint)
     }
+
+    /// Uses `checkpoints` to sign the audit head.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        self.checkpoints = Some(checkpoints);
+        self
+    }
+
+    /// Signs the head every so often (when it moved) and on shutdown,
+    /// appending each checkpoint to the checkpoint log.
+    pub async fn run_checkpoints(self: Arc<Self>) {
+        let Some(checkpoints) = &self.checkpoints else { return };
+        let mut shutdown = self.shutdown();
+        let mut last = u64::MAX;
+        loop {
+            let stopping = tokio::select! {
+                () = tokio::time::sleep(checkpoints.every) => false,
+                () = shutdown.stopped() => true,
+            };
+            let head = match self.store.last_seq().and_then(|seq| Ok((seq, self.store.hash_at(seq)?))) {
+                Ok((seq, Some(hash))) => crate::store::Head { seq, hash },
+                Ok(_) => {
+                    if stopping {
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the audit head to sign it");
+                    if stopping {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            if head.seq != last {
+                let checkpoint = checkpoints.key.sign(&head, unix_ns(self.now()));
+                if let Err(e) = append_line(&checkpoints.log, &checkpoint) {
+                    tracing::error!(error = %e, "cannot write the checkpoint");
+                } else {
+                    last = head.seq;
+                    tracing::info!(seq = head.seq, "audit head signed");
+                }
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+}
+
+/// Appends one JSON line and syncs it.
+fn append_line(path: &std::path::Path, value: &impl serde::Serialize) -> Result<(), String> {
+    use std::io::Write;
+    let line = serde_json::to_string(value).map_err(|e| e.to_string())?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.write_all(format!("{line}\n").as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.sync_data().map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The status of a freshly loaded snapshot, with what the team should know.

@@ -690,6 +690,14 @@ impl Store {
             .collect()
     }
 
+    /// The stored hash of record `seq`.
+    pub fn hash_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
+        match self.trees.audit.get(seq.to_be_bytes())? {
+            Some(value) => Ok(Some(decode_record(&seq.to_be_bytes(), &value)?.hash)),
+            None => Ok(None),
+        }
+    }
+
     /// The newest record's seq, 0 when the log is empty.
     pub fn last_seq(&self) -> Result<u64, StoreError> {
         Ok(match self.trees.audit.last()? {

@@ -1,4 +1,5 @@
-//! Property tests of the pure request pipeline: path, URL and argv normalization, proto-to-domain conversion and grant scopes.
+//! Property tests of the pure request pipeline: path, URL and argv normalization, proto-to-domain
+//! conversion and grant scopes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -12,7 +13,7 @@ use warden_proto::v1 as pb;
 
 /// Every case runs in memory; failures are not persisted next to the sources.
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig { cases: cases * 40, failure_persistence: None, ..ProptestConfig::default() }
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 // ---------------------------------------------------------------------------
@@ -219,7 +220,9 @@ fn resource_oneof() -> impl Strategy<Value = Option<pb::authorize_request::Resou
             .prop_map(|(method, url)| Some(R::Http(pb::HttpResource { method, url }))),
         1 => field_text().prop_map(|name| Some(R::Secret(pb::SecretResource { name }))),
         2 => (prop_oneof![field_text(), strings(&["github", "srv/x"])], field_text(), arguments_json())
-            .prop_map(|(server, name, arguments_json)| Some(R::Tool(pb::ToolResource { server, name, arguments_json }))),
+            .prop_map(|(server, name, arguments_json)| {
+                Some(R::Tool(pb::ToolResource { server, name, arguments_json }))
+            }),
     ]
 }
 
@@ -314,32 +317,10 @@ fn parent_domains(host: &str) -> Vec<String> {
 
 fn is_ip_host(host: &str) -> bool {
     host.parse::<std::net::Ipv4Addr>().is_ok()
-        || host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
-}
-
-/// KNOWN BUG (reported, monitor/src/normalize.rs `normalize_http`): a host spelled as an IPv4 address with two
-/// or more trailing dots (`http://2130706433../`, `http://0x7f.1../`, `http://127.0.0.1../`) is a domain to
-/// the URL parser (its "ends in a number" check looks at one trailing dot only); the monitor then trims the dots
-/// and `set_host` turns it into an IPv4 address. The URL says `127.0.0.1` while `host` and `domains` keep the
-/// trimmed spelling (`2130706433`; `0x7f.1`, `1`; `127.0.0.1`, `0.0.1`, `0.1`, `1`), so a policy on
-/// `resource.host` or on `Domain::"127.0.0.1"` does not see the address the URL names, and normalizing the
-/// URL again gives other `host`/`domains`. True when `raw` normalized to such a URL.
-fn ipv4_behind_trailing_dots(raw: &str, normalized: &str) -> bool {
-    let url_host = normalized.split_once("://").map_or("", |(_, rest)| rest).split(['/', ':']).next().unwrap_or("");
-    raw.contains("..") && url_host.parse::<std::net::Ipv4Addr>().is_ok()
-}
-
-/// KNOWN BUG (reported, monitor/src/normalize.rs `normalize_percent_encoding`): a `%` that does not start a
-/// well-formed `%XX` escape is read wrongly. (1) `u8::from_str_radix` accepts a leading `+`, so `%+1` is read as
-/// byte 1 and rewritten `%01`. (2) Decoding an escape can complete a stray `%` before it into a new escape:
-/// `/%0%30` becomes `/%00` (another path, a NUL byte), and `/%%36%31` becomes `/%61`, which the next
-/// normalization turns into `/a`, so URL normalization is not idempotent (`url:` grant scopes neither).
-/// True when `text` has such a `%`.
-fn has_malformed_escape(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    bytes.iter().enumerate().any(|(at, &byte)| {
-        byte == b'%' && !bytes.get(at + 1..at + 3).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
-    })
+        || host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 /// Decodes the well-formed `%XX` escapes of `text`, leaving everything else as it is.
@@ -366,12 +347,20 @@ fn percent_decode(text: &str) -> Vec<u8> {
 /// The field paths an `InvalidInput` may name for this request.
 fn request_fields(request: &pb::AuthorizeRequest) -> BTreeSet<String> {
     use pb::authorize_request::Resource as R;
-    let mut fields: BTreeSet<String> =
-        ["request_id", "actor", "actor.user", "actor.agent", "actor.session", "action", "resource", "justification"]
-            .into_iter()
-            .chain(["context_json"])
-            .map(str::to_owned)
-            .collect();
+    let mut fields: BTreeSet<String> = [
+        "request_id",
+        "actor",
+        "actor.user",
+        "actor.agent",
+        "actor.session",
+        "action",
+        "resource",
+        "justification",
+        "context_json",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
     let (kind, names): (&str, &[&str]) = match &request.resource {
         None => ("", &[]),
         Some(R::File(_)) => ("file", &["path", "cwd"]),
@@ -410,14 +399,6 @@ proptest! {
     fn file_normalization_is_idempotent(path in any_path(), cwd in any_cwd()) {
         let Ok(first) = file(&path, &cwd) else { return Ok(()) };
         let first = file_fields(first)?;
-        // KNOWN BUG (reported, monitor/src/normalize.rs `absolute_path`): the PATH_BYTES limit is checked on
-        // the path and on the cwd separately, never on the joined result, so a relative path in a long cwd is
-        // accepted although the same file named by its (longer than 4096 bytes) absolute path is refused with
-        // "resource.file.path: is longer than 4096 bytes". Minimal input: cwd = "/" + "c" * 4095,
-        // path = "p" -> Ok("/ccc…c/p", 4098 bytes); normalizing that again -> Err. Skipped here until fixed.
-        if first.0.len() > limits::PATH_BYTES {
-            return Ok(());
-        }
         let second = file(&first.0, "");
         prop_assert!(second.is_ok(), "{:?} normalized to {:?}, which is refused: {:?}", path, first.0, second);
         let second = file_fields(second.unwrap())?;
@@ -458,10 +439,16 @@ proptest! {
         prop_assert!(resource.is_ok(), "{:?} in {:?}: {:?}", rel, cwd, resource);
         let (path, _, _, dirs) = file_fields(resource.unwrap())?;
         prop_assert!(path == "/jail" || path.starts_with("/jail/"), "{:?} in {:?} escaped to {:?}", rel, cwd, path);
-        prop_assert!(path == "/jail" || dirs.iter().any(|dir| dir == "/jail"), "{:?} not in Dir /jail: {:?}", path, dirs);
+        prop_assert!(
+            path == "/jail" || dirs.iter().any(|dir| dir == "/jail"),
+            "{:?} not in Dir /jail: {:?}", path, dirs
+        );
         // The cwd itself (cleaned) is an ancestor, or the path is the cwd.
         let clean_cwd = file(&cwd, "").map(file_fields).unwrap()?.0;
-        prop_assert!(path == clean_cwd || is_proper_ancestor(&clean_cwd, &path), "{:?} not under {:?}", path, clean_cwd);
+        prop_assert!(
+            path == clean_cwd || is_proper_ancestor(&clean_cwd, &path),
+            "{:?} not under {:?}", path, clean_cwd
+        );
     }
 
     /// 4. `dirs` are exactly the proper ancestor directories, nearest first: `/a/b/...` is in `Dir::"/a/b"`
@@ -500,7 +487,10 @@ proptest! {
         let sibling_path = format!("/a/b{sibling}/{}", tail.join("/"));
         if let Ok(resource) = file(&sibling_path, "") {
             let (path, _, _, dirs) = file_fields(resource)?;
-            prop_assert!(!dirs.iter().any(|dir| dir == "/a/b"), "{:?} -> {:?} has /a/b in {:?}", sibling_path, path, dirs);
+            prop_assert!(
+                !dirs.iter().any(|dir| dir == "/a/b"),
+                "{:?} -> {:?} has /a/b in {:?}", sibling_path, path, dirs
+            );
         }
     }
 
@@ -518,7 +508,8 @@ proptest! {
             }
             Ok(resource) => resource,
         };
-        let Resource::Url { url: normalized, scheme, host, port, path, method: upper, domains } = resource.clone() else {
+        let Resource::Url { url: normalized, scheme, host, port, path, method: upper, domains } = resource.clone()
+        else {
             return Err(TestCaseError::fail(format!("not a URL: {resource:?}")));
         };
         prop_assert_eq!(&upper, &method.to_ascii_uppercase());
@@ -527,21 +518,12 @@ proptest! {
         prop_assert!(!host.is_empty() && !host.ends_with('.'), "host {:?}", host);
         prop_assert!(!normalized.contains('#'), "fragment kept in {:?}", normalized);
         prop_assert!(port != 0 || normalized.contains(":0/"), "port {} for {:?}", port, normalized);
-        if ipv4_behind_trailing_dots(&url, &normalized) {
-            // KNOWN BUG, see `ipv4_behind_trailing_dots`: minimal input `GET http://127.0.0.1..` gives domains
-            // `127.0.0.1`, `0.0.1`, `0.1`, `1`, and `http://127.0.0.1/` again gives only `127.0.0.1`.
-            return Ok(());
-        }
         if is_ip_host(&host) {
             prop_assert_eq!(&domains, &vec![host.clone()], "{:?} -> {:?}", url, normalized);
         } else {
             prop_assert_eq!(&domains, &parent_domains(&host), "{:?} -> {:?}", url, normalized);
         }
 
-        // KNOWN BUG, see `has_malformed_escape`: minimal input `GET http://a/%%36%31` -> `http://a/%61` -> `http://a/a`.
-        if has_malformed_escape(&url) {
-            return Ok(());
-        }
         let again = http(&method, &normalized);
         prop_assert!(again.is_ok(), "{:?} normalized to {:?}, which is refused: {:?}", url, normalized, again);
         let Resource::Url { url: url2, host: host2, port: port2, path: path2, domains: domains2, .. } = again.unwrap()
@@ -568,11 +550,6 @@ proptest! {
         ),
     ) {
         let path: String = segments.iter().map(|segment| format!("/{segment}")).collect();
-        // KNOWN BUG, see `has_malformed_escape`: minimal inputs `GET http://h/%+1` -> `http://h/%01` and
-        // `GET http://h/%0%30` -> `http://h/%00`. Only well-formed escapes are checked until it is fixed.
-        if has_malformed_escape(&path) {
-            return Ok(());
-        }
         let resource = http("GET", &format!("http://h{path}"));
         let Ok(Resource::Url { path: normalized, .. }) = resource else {
             return Err(TestCaseError::fail(format!("{path:?}: {resource:?}")));
@@ -613,18 +590,6 @@ proptest! {
             Ok(scope) => {
                 let canonical = scope.canonical();
                 let again = parse_scope(&canonical);
-                // KNOWN BUG, see `ipv4_behind_trailing_dots`: `domain:0x7f.1..` parses to `Domain` `0x7f.1`,
-                // whose canonical `domain:0x7f.1` parses to `Domain` `127.0.0.1`.
-                if scope.entity_type == "Domain"
-                    && again.as_ref().is_ok_and(|again| ipv4_behind_trailing_dots(&text, &format!("https://{}/", again.id)))
-                {
-                    return Ok(());
-                }
-                // KNOWN BUG, see `has_malformed_escape`: `url:http://a/%%36%31` parses to `Url` `http://a/%61`,
-                // whose canonical form parses to `Url` `http://a/a`.
-                if scope.entity_type == "Url" && has_malformed_escape(&text) {
-                    return Ok(());
-                }
                 prop_assert_eq!(again, Ok(scope), "{:?} -> {:?}", text, canonical);
             }
         }
@@ -649,4 +614,3 @@ proptest! {
         }
     }
 }
-

@@ -96,6 +96,7 @@ impl TestMonitor {
                 credential("security", Role::Admin, ADMIN, &[], &[]),
             ],
             durability: Default::default(),
+            checkpoint_every: std::time::Duration::from_secs(300),
             monitor: MonitorConfig {
                 policy_dir: self.policies.clone(),
                 decision: DecisionConfig::default(),

@@ -1,0 +1,143 @@
+//! Signed checkpoints of the audit head. A hash chain shows a record was
+//! changed, but not that the newest records were cut off and the head
+//! rewritten; a checkpoint signed with a key kept outside the store (and
+//! saved by someone else) does: the log must still hold that record, with
+//! that hash.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Head, VerifyReport};
+
+/// Domain separation for checkpoint signatures.
+const DOMAIN: &[u8] = b"warden.checkpoint.v1\0";
+
+/// A signed statement: the audit log had this record, with this hash, then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The head's sequence number.
+    pub seq: u64,
+    /// The head's hash (hex).
+    pub hash: String,
+    /// When it was signed, nanoseconds since the Unix epoch.
+    pub time_unix_ns: i64,
+    /// The monitor's public key (hex).
+    pub public_key: String,
+    /// Ed25519 signature (hex) over the domain, seq, hash and time.
+    pub signature: String,
+}
+
+fn message(seq: u64, hash: &str, time_unix_ns: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(DOMAIN.len() + 16 + hash.len());
+    out.extend_from_slice(DOMAIN);
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&time_unix_ns.to_be_bytes());
+    out.extend_from_slice(hash.as_bytes());
+    out
+}
+
+/// The monitor's signing key.
+pub struct CheckpointKey(SigningKey);
+
+impl CheckpointKey {
+    /// Reads the key file, or creates it (32 random bytes, hex, mode 0600).
+    pub fn load_or_create(path: &Path) -> Result<Self, String> {
+        let describe = |e: std::io::Error| format!("{}: {e}", path.display());
+        let bytes = match std::fs::read_to_string(path) {
+            Ok(text) => hex::decode(text.trim()).map_err(|e| format!("{}: not a hex key: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut bytes = [0u8; 32];
+                getrandom::fill(&mut bytes).map_err(|e| format!("no random numbers for the key: {e}"))?;
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(describe)?;
+                file.write_all(format!("{}\n", hex::encode(bytes)).as_bytes()).map_err(describe)?;
+                file.sync_all().map_err(describe)?;
+                bytes.to_vec()
+            }
+            Err(e) => return Err(describe(e)),
+        };
+        let bytes: [u8; 32] = bytes.try_into().map_err(|_| format!("{}: a key is 32 bytes", path.display()))?;
+        Ok(Self(SigningKey::from_bytes(&bytes)))
+    }
+
+    /// The public key, hex.
+    pub fn public_hex(&self) -> String {
+        hex::encode(self.0.verifying_key().to_bytes())
+    }
+
+    /// Signs a head.
+    pub fn sign(&self, head: &Head, time_unix_ns: i64) -> Checkpoint {
+        let signature = self.0.sign(&message(head.seq, &head.hash, time_unix_ns));
+        Checkpoint {
+            seq: head.seq,
+            hash: head.hash.clone(),
+            time_unix_ns,
+            public_key: self.public_hex(),
+            signature: hex::encode(signature.to_bytes()),
+        }
+    }
+}
+
+/// Checks a checkpoint's signature (by its own public key).
+pub fn verify_signature(checkpoint: &Checkpoint) -> Result<(), String> {
+    let key: [u8; 32] = hex::decode(&checkpoint.public_key)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("the checkpoint's public key is not 32 hex bytes")?;
+    let key = VerifyingKey::from_bytes(&key).map_err(|e| format!("the checkpoint's public key is invalid: {e}"))?;
+    let signature: [u8; 64] = hex::decode(&checkpoint.signature)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("the checkpoint's signature is not 64 hex bytes")?;
+    key.verify(&message(checkpoint.seq, &checkpoint.hash, checkpoint.time_unix_ns), &Signature::from_bytes(&signature))
+        .map_err(|_| "the checkpoint's signature does not verify".to_owned())
+}
+
+/// Checks the log against a saved checkpoint: the chain verifies at least up
+/// to the checkpoint's record, and that record has the signed hash.
+/// `hash_at` gives the stored hash of a record.
+pub fn check_log(checkpoint: &Checkpoint, report: &VerifyReport, hash_at: Option<String>) -> Result<(), String> {
+    verify_signature(checkpoint)?;
+    if report.head.seq < checkpoint.seq {
+        return Err(format!(
+            "the log verifies only up to record {} but a checkpoint signed record {}: records were removed{}",
+            report.head.seq,
+            checkpoint.seq,
+            if report.ok() { " (and the head rewritten)" } else { "" }
+        ));
+    }
+    match hash_at {
+        Some(hash) if hash == checkpoint.hash => Ok(()),
+        Some(_) => {
+            Err(format!("record {} is not the one the checkpoint signed: the log was rewritten", checkpoint.seq))
+        }
+        None => Err(format!("record {} is missing", checkpoint.seq)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_head_verifies_and_a_changed_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.key");
+        let key = CheckpointKey::load_or_create(&path).unwrap();
+        let again = CheckpointKey::load_or_create(&path).unwrap();
+        assert_eq!(key.public_hex(), again.public_hex());
+        let head = Head { seq: 7, hash: "ab".repeat(32) };
+        let mut checkpoint = key.sign(&head, 42);
+        assert_eq!(verify_signature(&checkpoint), Ok(()));
+        checkpoint.seq = 6;
+        assert!(verify_signature(&checkpoint).is_err());
+    }
+}
