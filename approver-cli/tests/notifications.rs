@@ -27,6 +27,8 @@ fn credential(name: &str, role: Role, token: &str) -> CredentialConfig {
         token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
         users: if role == Role::Harness { vec!["*".into()] } else { vec![] },
         groups: if role == Role::Approver { vec!["*".into()] } else { vec![] },
+        rate_per_second: None,
+        burst: None,
     }
 }
 

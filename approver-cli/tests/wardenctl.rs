@@ -22,6 +22,8 @@ fn credential(name: &str, role: Role, token: &str, users: &[&str]) -> Credential
         token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
         users: users.iter().map(|u| (*u).to_owned()).collect(),
         groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
+        rate_per_second: None,
+        burst: None,
     }
 }
 

@@ -98,6 +98,8 @@ async fn main() {
                 token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
                 users: vec!["*".into()],
                 groups: vec![],
+                rate_per_second: None,
+                burst: None,
             }],
             monitor: warden_monitor::service::MonitorConfig::default(),
             durability,

@@ -78,6 +78,8 @@ async fn main() {
                 token_sha256: hash_token("h").iter().map(|b| format!("{b:02x}")).collect(),
                 users: vec!["*".into()],
                 groups: vec![],
+                rate_per_second: None,
+                burst: None,
             }],
             monitor: MonitorConfig::default(),
             durability: Default::default(),

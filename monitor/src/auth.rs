@@ -42,7 +42,7 @@ impl fmt::Display for Role {
 }
 
 /// A credential as written in configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialConfig {
     /// Shown in logs and audit records as the caller.
@@ -60,6 +60,13 @@ pub struct CredentialConfig {
     /// Without groups it resolves only approvals that name no group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// For harnesses: at most this many requests per second on average
+    /// (off when not set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<f64>,
+    /// With `rate_per_second`: how many at once (default: one second's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
 }
 
 /// Which users a harness may act for.
@@ -72,7 +79,7 @@ pub enum UserScope {
 }
 
 /// An authenticated caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Caller {
     /// The credential's name.
     pub name: String,
@@ -82,6 +89,8 @@ pub struct Caller {
     pub users: UserScope,
     /// For approvers, the approver groups it belongs to.
     pub groups: UserScope,
+    /// For harnesses, its rate limit.
+    pub rate: Option<crate::ratelimit::Rate>,
 }
 
 impl Caller {
@@ -149,7 +158,15 @@ impl Credentials {
             }
             let users = scope(&config.users).map_err(|m| error(&format!("users: {m}")))?;
             let groups = scope(&config.groups).map_err(|m| error(&format!("groups: {m}")))?;
-            let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users, groups });
+            let rate = match config.rate_per_second {
+                Some(per_second) if per_second.is_finite() && per_second > 0.0 => Some(crate::ratelimit::Rate {
+                    per_second,
+                    burst: config.burst.unwrap_or_else(|| per_second.ceil().clamp(1.0, 1e6) as u32),
+                }),
+                Some(_) => return Err(error("rate_per_second must be a positive number")),
+                None => None,
+            };
+            let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users, groups, rate });
             if by_hash.insert(hash, caller).is_some() {
                 return Err(error("the same token hash is used by another credential"));
             }
@@ -207,6 +224,8 @@ mod tests {
             token_sha256: hex::encode(hash_token(token)),
             users: users.iter().map(|u| (*u).to_owned()).collect(),
             groups: vec![],
+            rate_per_second: None,
+            burst: None,
         }
     }
 

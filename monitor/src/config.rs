@@ -91,6 +91,12 @@ pub struct FileConfig {
     pub durability: Option<crate::store::Durability>,
     /// How often the audit head is signed, e.g. `5m` (and on shutdown).
     pub checkpoint_interval: Option<String>,
+    /// Per-session rate limit, requests per second (off when not set).
+    pub session_rate_per_second: Option<f64>,
+    /// Per-session burst (default: one second's worth).
+    pub session_burst: Option<u32>,
+    /// Most approvals one session may have waiting at once (default 20).
+    pub max_pending_per_session: Option<usize>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
@@ -123,6 +129,10 @@ pub struct Settings {
     pub durability: crate::store::Durability,
     /// How often the audit head is signed.
     pub checkpoint_interval: Duration,
+    /// Per-session rate limit.
+    pub session_rate: Option<crate::ratelimit::Rate>,
+    /// Most approvals one session may have waiting at once.
+    pub max_pending_per_session: usize,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
 }
@@ -165,6 +175,20 @@ impl Settings {
                 file.checkpoint_interval,
                 Duration::from_secs(300),
             )?,
+            session_rate: match file.session_rate_per_second {
+                Some(per_second) if per_second.is_finite() && per_second > 0.0 => Some(crate::ratelimit::Rate {
+                    per_second,
+                    burst: file.session_burst.unwrap_or_else(|| per_second.ceil().clamp(1.0, 1e6) as u32),
+                }),
+                Some(_) => {
+                    return Err(ConfigError::Value {
+                        key: "session_rate_per_second",
+                        message: "must be a positive number".into(),
+                    });
+                }
+                None => None,
+            },
+            max_pending_per_session: file.max_pending_per_session.unwrap_or(20),
             credentials: file.credentials,
         })
     }
@@ -234,6 +258,8 @@ pub fn load_or_create_credentials(
             token_sha256: hex::encode(hash_token(&token)),
             users: if role == Role::Harness { vec!["*".to_owned()] } else { vec![] },
             groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
+            rate_per_second: None,
+            burst: None,
         });
         created.push((role, token_path));
     }

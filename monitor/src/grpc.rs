@@ -65,6 +65,10 @@ fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
     request.extensions().get::<Arc<Caller>>().cloned().ok_or_else(|| Status::unauthenticated("not authenticated"))
 }
 
+/// The largest request the monitor reads (every field has its own, smaller
+/// limit in `normalize::limits`).
+pub const MAX_MESSAGE_BYTES: usize = 512 * 1024;
+
 /// Reports the health of the Warden services.
 pub struct Health(tonic_health::server::HealthReporter);
 
@@ -93,17 +97,25 @@ pub async fn router(
         .build_v1()
         .map_err(|e| e.to_string())?;
     let guard = |role| Authenticator::new(Arc::clone(credentials), role);
-    let authority = pb::authority_server::AuthorityServer::with_interceptor(
-        AuthorityService::new(Arc::clone(monitor)),
+    let authority = tonic::service::interceptor::InterceptedService::new(
+        pb::authority_server::AuthorityServer::new(AuthorityService::new(Arc::clone(monitor)))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES),
         guard(Role::Harness),
     );
-    let approvals = pb::approvals_server::ApprovalsServer::with_interceptor(
-        ApprovalsService::new(Arc::clone(monitor)),
+    let approvals = tonic::service::interceptor::InterceptedService::new(
+        pb::approvals_server::ApprovalsServer::new(ApprovalsService::new(Arc::clone(monitor)))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES),
         guard(Role::Approver),
     );
-    let admin =
-        pb::admin_server::AdminServer::with_interceptor(AdminService::new(Arc::clone(monitor)), guard(Role::Admin));
+    let admin = tonic::service::interceptor::InterceptedService::new(
+        pb::admin_server::AdminServer::new(AdminService::new(Arc::clone(monitor)))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        guard(Role::Admin),
+    );
     let router = tonic::transport::Server::builder()
+        // An upper bound for every call; `AwaitDecision` waits at most
+        // `MAX_AWAIT`, streams answer at once and then run on.
+        .timeout(crate::service::MAX_AWAIT + std::time::Duration::from_secs(30))
         .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
         .add_service(health_service)
         .add_service(reflection)
@@ -121,6 +133,13 @@ impl From<CallError> for Status {
             CallError::PermissionDenied(message) => Status::permission_denied(message),
             CallError::NotFound(message) => Status::not_found(message),
             CallError::FailedPrecondition(message) => Status::failed_precondition(message),
+            CallError::RateLimited { message, retry_after } => {
+                let mut status = Status::resource_exhausted(message);
+                if let Ok(value) = retry_after.as_millis().to_string().parse() {
+                    status.metadata_mut().insert("retry-after-ms", value);
+                }
+                status
+            }
             CallError::Store(e) => {
                 tracing::error!(error = %e, "store failure; the call fails closed");
                 match e {

@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod normalize;
 pub mod policy;
 pub mod policytest;
+pub mod ratelimit;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -116,6 +116,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },
             max_grant: settings.max_grant_duration,
             clock: system_clock(),
+            session_rate: settings.session_rate,
+            max_pending_per_session: settings.max_pending_per_session,
         },
     };
     let server = start_with_signal(config, listener, stop_signal()).await?;

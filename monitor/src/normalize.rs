@@ -26,6 +26,10 @@ pub mod limits {
     pub const JUSTIFICATION_BYTES: usize = 4096;
     /// `context_json` and a tool's `arguments_json`.
     pub const JSON_BYTES: usize = 64 * 1024;
+    /// Nesting of `context_json` (objects and arrays).
+    pub const CONTEXT_DEPTH: usize = 8;
+    /// Nesting of a tool's `arguments_json`.
+    pub const ARGUMENTS_DEPTH: usize = 32;
 }
 
 /// Input that cannot be normalized; `field` is the request field at fault,
@@ -398,9 +402,24 @@ fn normalize_tool(server: &str, name: &str, arguments_json: &str) -> Result<Reso
     } else {
         let value: serde_json::Value = serde_json::from_str(arguments_json)
             .map_err(|e| InvalidInput::new("resource.tool.arguments_json", format!("is not valid JSON: {e}")))?;
+        if depth(&value) > limits::ARGUMENTS_DEPTH {
+            return Err(InvalidInput::new(
+                "resource.tool.arguments_json",
+                format!("nests deeper than {} levels", limits::ARGUMENTS_DEPTH),
+            ));
+        }
         canonical_json(value).to_string()
     };
     Ok(Resource::Tool { server, name, arguments })
+}
+
+/// How deep objects and arrays nest (a scalar is 0).
+fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// The same JSON with every object's keys in sorted order, so that policies
@@ -461,7 +480,15 @@ fn parse_context(text: &str) -> Result<serde_json::Map<String, serde_json::Value
         return Err(too_long("context_json", limits::JSON_BYTES));
     }
     match serde_json::from_str(text) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(serde_json::Value::Object(map)) => {
+            if map.values().map(depth).max().unwrap_or(0) + 1 > limits::CONTEXT_DEPTH {
+                return Err(InvalidInput::new(
+                    "context_json",
+                    format!("nests deeper than {} levels", limits::CONTEXT_DEPTH),
+                ));
+            }
+            Ok(map)
+        }
         Ok(_) => Err(InvalidInput::new("context_json", "must be a JSON object")),
         Err(e) => Err(InvalidInput::new("context_json", format!("is not valid JSON: {e}"))),
     }

@@ -41,6 +41,14 @@ pub enum CallError {
     /// The request is valid but the state does not allow it (resolving twice).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// Too many requests: try again after the given time.
+    #[error("{message}")]
+    RateLimited {
+        /// What was exceeded.
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// The store failed: nothing is allowed without a durable record.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -101,6 +109,10 @@ pub struct MonitorConfig {
     pub max_grant: Duration,
     /// The clock.
     pub clock: Clock,
+    /// Per-session rate limit (off when `None`).
+    pub session_rate: Option<crate::ratelimit::Rate>,
+    /// Most approvals one session may have waiting at once.
+    pub max_pending_per_session: usize,
 }
 
 impl Default for MonitorConfig {
@@ -110,6 +122,8 @@ impl Default for MonitorConfig {
             decision: DecisionConfig::default(),
             max_grant: Duration::from_secs(7 * 86_400),
             clock: system_clock(),
+            session_rate: None,
+            max_pending_per_session: 20,
         }
     }
 }
@@ -215,6 +229,7 @@ pub struct Checkpoints {
 
 /// The monitor's state shared by every call.
 pub struct Monitor {
+    limiter: crate::ratelimit::Limiter,
     checkpoints: Option<Checkpoints>,
     status: RwLock<PolicyStatusView>,
     snapshot: RwLock<Arc<PolicySnapshot>>,
@@ -252,6 +267,7 @@ impl Monitor {
         let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
         Ok(Self {
+            limiter: crate::ratelimit::Limiter::default(),
             checkpoints: None,
             status: RwLock::new(status),
             snapshot: RwLock::new(Arc::new(snapshot)),
@@ -292,6 +308,42 @@ impl Monitor {
             blocked: claimed.or_else(|| self.lock_of(&actor.session, &actor.user, &actor.agent)),
         };
         Ok((snapshot, facts))
+    }
+
+    /// Applies the harness's and the session's rate limits; the first refusal
+    /// of a burst is audited, the rest are not.
+    async fn rate_limit(&self, caller: &Caller, actor: &Actor) -> Result<(), CallError> {
+        let now = std::time::Instant::now();
+        let checks = [
+            caller.rate.map(|rate| (format!("harness:{}", caller.name), rate, format!("credential `{}`", caller.name))),
+            self.config
+                .session_rate
+                .map(|rate| (format!("session:{}", actor.session), rate, format!("session `{}`", actor.session))),
+        ];
+        for (key, rate, who) in checks.into_iter().flatten() {
+            if let Err(limited) = self.limiter.take(&key, rate, now) {
+                let message = format!(
+                    "rate limit of {}/s (burst {}) for {who} exceeded; retry in {} ms",
+                    rate.per_second,
+                    rate.burst,
+                    limited.retry_after.as_millis()
+                );
+                if limited.first {
+                    let entry = AuditEntry {
+                        time_unix_ns: unix_ns(self.now()),
+                        kind: "rate-limited".into(),
+                        caller: caller.name.clone(),
+                        actor: Some(actor.clone()),
+                        reasons: vec![message.clone()],
+                        policy_version: self.snapshot().version.clone(),
+                        ..AuditEntry::default()
+                    };
+                    self.store.commit(Commit::record(entry)).await?;
+                }
+                return Err(CallError::RateLimited { message, retry_after: limited.retry_after });
+            }
+        }
+        Ok(())
     }
 
     /// Whether every grant in `ids` is still active.
@@ -349,6 +401,7 @@ impl Monitor {
                 caller.name, input.actor.user
             )));
         }
+        self.rate_limit(caller, &input.actor).await?;
         let request_hash = request_hash(&input);
         let now = self.now();
         // No replay once the session is locked, or once a grant the earlier
@@ -370,7 +423,20 @@ impl Monitor {
         }
         let request = normalize(&input)?;
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
-        let evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
+        let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
+        if evaluation.outcome == Outcome::Pending {
+            let waiting =
+                self.store.pending()?.iter().filter(|a| a.request.actor.session == request.actor.session).count();
+            if waiting >= self.config.max_pending_per_session {
+                evaluation = Evaluation::deny(
+                    evaluation.policy_ids,
+                    vec![format!(
+                        "session `{}` already has {waiting} approvals waiting (at most {}): denied without asking",
+                        request.actor.session, self.config.max_pending_per_session
+                    )],
+                );
+            }
+        }
 
         let request_id = if input.request_id.is_empty() {
             format!("wdn-{}", uuid::Uuid::new_v4())

@@ -10,6 +10,7 @@ mod authentication;
 mod decisions;
 mod grants;
 mod invalid_input;
+mod limits;
 mod policies;
 mod reload;
 mod services;

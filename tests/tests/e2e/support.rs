@@ -24,6 +24,8 @@ pub const RELEASE_APPROVER: &str = "wdn_test_release_approver";
 /// An approver of no group: only approvals that name none.
 pub const PLAIN_APPROVER: &str = "wdn_test_plain_approver";
 pub const ADMIN: &str = "wdn_test_admin";
+/// A harness limited to 1 request/s, 3 at once.
+pub const LIMITED: &str = "wdn_test_harness_limited";
 
 pub type Admin = pb::admin_client::AdminClient<InterceptedService<Channel, BearerToken>>;
 pub type Approvals = pb::approvals_client::ApprovalsClient<InterceptedService<Channel, BearerToken>>;
@@ -41,6 +43,8 @@ fn credential(name: &str, role: Role, token: &str, users: &[&str], groups: &[&st
         token_sha256: hex(hash_token(token)),
         users: users.iter().map(|u| (*u).to_owned()).collect(),
         groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        rate_per_second: None,
+        burst: None,
     }
 }
 
@@ -50,6 +54,8 @@ fn hex(bytes: [u8; 32]) -> String {
 
 pub struct TestMonitor {
     server: Option<RunningServer>,
+    /// Changes to the monitor's settings for one test.
+    tune: fn(&mut MonitorConfig),
     /// Seconds the monitor's clock runs ahead of the real one.
     clock_offset: Arc<AtomicI64>,
     pub endpoint: String,
@@ -66,8 +72,14 @@ impl TestMonitor {
     /// A monitor with the policies in `policies`.
     pub async fn start_with(policies: PathBuf) -> Self {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut monitor =
-            Self { server: None, clock_offset: Arc::new(AtomicI64::new(0)), endpoint: String::new(), data, policies };
+        let mut monitor = Self {
+            server: None,
+            tune: |_| {},
+            clock_offset: Arc::new(AtomicI64::new(0)),
+            endpoint: String::new(),
+            data,
+            policies,
+        };
         monitor.launch().await;
         monitor
     }
@@ -83,7 +95,30 @@ impl TestMonitor {
         self.clock_offset.fetch_add(i64::try_from(by.as_secs()).unwrap(), Ordering::SeqCst);
     }
 
+    /// A monitor with the bundled policies and tuned settings.
+    pub async fn start_tuned(tune: fn(&mut MonitorConfig)) -> Self {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut monitor = Self {
+            server: None,
+            tune,
+            clock_offset: Arc::new(AtomicI64::new(0)),
+            endpoint: String::new(),
+            data,
+            policies: bundled_policies(),
+        };
+        monitor.launch().await;
+        monitor
+    }
+
     fn config(&self) -> ServerConfig {
+        let mut monitor = MonitorConfig {
+            policy_dir: self.policies.clone(),
+            decision: DecisionConfig::default(),
+            max_grant: Duration::from_secs(7 * 86_400),
+            clock: self.clock(),
+            ..MonitorConfig::default()
+        };
+        (self.tune)(&mut monitor);
         ServerConfig {
             policies: self.policies.clone(),
             data: self.data.path().to_owned(),
@@ -94,15 +129,15 @@ impl TestMonitor {
                 credential("release-oncall", Role::Approver, RELEASE_APPROVER, &[], &["release-managers"]),
                 credential("plain-oncall", Role::Approver, PLAIN_APPROVER, &[], &[]),
                 credential("security", Role::Admin, ADMIN, &[], &[]),
+                CredentialConfig {
+                    rate_per_second: Some(1.0),
+                    burst: Some(3),
+                    ..credential("slow-harness", Role::Harness, LIMITED, &["*"], &[])
+                },
             ],
             durability: Default::default(),
             checkpoint_every: std::time::Duration::from_secs(300),
-            monitor: MonitorConfig {
-                policy_dir: self.policies.clone(),
-                decision: DecisionConfig::default(),
-                max_grant: Duration::from_secs(7 * 86_400),
-                clock: self.clock(),
-            },
+            monitor,
         }
     }
 
