@@ -304,7 +304,9 @@ async fn a_watcher_that_does_not_read_is_cut_off_with_a_clear_status() {
         tasks.push(tokio::spawn(async move {
             for n in 0..200 {
                 let request = ActionRequest::exec(["rm", "-r", &format!("w{worker}/dir{n}")]);
-                let decision = harness.authorize(&alice(), request).await.unwrap();
+                // One session each: a session may only have a few approvals waiting.
+                let actor = Actor::new("alice", "claude-code", format!("w{worker}-{n}"));
+                let decision = harness.authorize(&actor, request).await.unwrap();
                 assert_eq!(decision.outcome, Outcome::Pending);
             }
         }));
