@@ -425,8 +425,7 @@ impl Monitor {
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
         let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
         if evaluation.outcome == Outcome::Pending {
-            let waiting =
-                self.store.pending()?.iter().filter(|a| a.request.actor.session == request.actor.session).count();
+            let waiting = self.store.pending_count(&request.actor.session)?;
             if waiting >= self.config.max_pending_per_session {
                 evaluation = Evaluation::deny(
                     evaluation.policy_ids,

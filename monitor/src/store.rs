@@ -470,6 +470,7 @@ struct Trees {
     requests: sled::Tree,
     approvals: sled::Tree,
     pending: sled::Tree,
+    pending_sessions: sled::Tree,
     grants: sled::Tree,
     locks: sled::Tree,
     sessions: sled::Tree,
@@ -504,6 +505,8 @@ pub mod trees {
     /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
     /// approvals in deadline order.
     pub const PENDING: &str = "pending";
+    /// session id NUL approval id -> empty: the pending approvals of each session.
+    pub const PENDING_SESSIONS: &str = "pending_sessions";
     /// grant id -> [`crate::grants::Grant`] JSON.
     pub const GRANTS: &str = "grants";
     /// `session:ID` | `user:ID` | `agent:ID` -> [`super::Lock`] JSON.
@@ -552,6 +555,7 @@ impl Store {
             requests: db.open_tree(trees::REQUESTS)?,
             approvals: db.open_tree(trees::APPROVALS)?,
             pending: db.open_tree(trees::PENDING)?,
+            pending_sessions: db.open_tree(trees::PENDING_SESSIONS)?,
             grants: db.open_tree(trees::GRANTS)?,
             locks: db.open_tree(trees::LOCKS)?,
             sessions: db.open_tree(trees::SESSIONS)?,
@@ -657,6 +661,18 @@ impl Store {
     /// Pending approvals, earliest deadline first.
     pub fn pending(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
         self.pending_until(i64::MAX)
+    }
+
+    /// How many approvals of `session` are pending.
+    pub fn pending_count(&self, session: &str) -> Result<usize, StoreError> {
+        let mut prefix = session.as_bytes().to_vec();
+        prefix.push(0);
+        let mut count = 0;
+        for item in self.trees.pending_sessions.scan_prefix(prefix) {
+            item?;
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// Pending approvals whose deadline is at or before `unix_ns`.
@@ -983,9 +999,9 @@ impl WriteLoop {
             let session = write.session.as_ref().map(|s| encode(s).map(|v| (s.session.clone(), v))).transpose()?;
             others.push((grant, lock, session));
         }
-        let Trees { audit, requests, approvals, pending, grants, locks, sessions } = &self.trees;
-        (audit, requests, approvals, pending, grants, locks, sessions)
-            .transaction(|(audit, requests, approvals, pending, grants, locks, sessions)| {
+        let Trees { audit, requests, approvals, pending, pending_sessions, grants, locks, sessions } = &self.trees;
+        (audit, requests, approvals, pending, pending_sessions, grants, locks, sessions)
+            .transaction(|(audit, requests, approvals, pending, pending_sessions, grants, locks, sessions)| {
                 for (grant, lock, session) in &others {
                     match grant {
                         Some((id, Some(value))) => {
@@ -1017,10 +1033,15 @@ impl WriteLoop {
                     if let Some((approval, value)) = approval {
                         approvals.insert(approval.approval_id.as_bytes(), value.as_slice())?;
                         let key = pending_key(approval.expires_unix_ns, &approval.approval_id);
+                        let mut by_session = approval.request.actor.session.as_bytes().to_vec();
+                        by_session.push(0);
+                        by_session.extend_from_slice(approval.approval_id.as_bytes());
                         if approval.state == ApprovalState::Pending {
                             pending.insert(key, &[] as &[u8])?;
+                            pending_sessions.insert(by_session, &[] as &[u8])?;
                         } else {
                             pending.remove(key)?;
+                            pending_sessions.remove(by_session)?;
                         }
                     }
                 }
