@@ -25,6 +25,7 @@ fn credential(name: &str, role: Role, token: &str) -> CredentialConfig {
         name: name.into(),
         role,
         token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
+        cert_sha256: None,
         users: if role == Role::Harness { vec!["*".into()] } else { vec![] },
         groups: if role == Role::Approver { vec!["*".into()] } else { vec![] },
         rate_per_second: None,
@@ -43,6 +44,7 @@ async fn monitor(data: &Path) -> RunningServer {
         monitor: Default::default(),
         durability: Default::default(),
         checkpoint_every: std::time::Duration::from_secs(300),
+        tls: None,
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

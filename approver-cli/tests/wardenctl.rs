@@ -20,6 +20,7 @@ fn credential(name: &str, role: Role, token: &str, users: &[&str]) -> Credential
         name: name.into(),
         role,
         token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
+        cert_sha256: None,
         users: users.iter().map(|u| (*u).to_owned()).collect(),
         groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
         rate_per_second: None,
@@ -35,6 +36,7 @@ async fn monitor(data: &Path) -> RunningServer {
         monitor: Default::default(),
         durability: Default::default(),
         checkpoint_every: std::time::Duration::from_secs(300),
+        tls: None,
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

@@ -19,6 +19,7 @@ fn credential(name: &str, role: Role, token: &str) -> CredentialConfig {
         name: name.into(),
         role,
         token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
+        cert_sha256: None,
         users: if role == Role::Harness { vec!["*".into()] } else { vec![] },
         groups: if role == Role::Approver { vec!["*".into()] } else { vec![] },
         rate_per_second: None,
@@ -45,6 +46,7 @@ async fn main() {
             monitor: warden_monitor::service::MonitorConfig::default(),
             durability: Default::default(),
             checkpoint_every: std::time::Duration::from_secs(300),
+            tls: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

@@ -96,6 +96,7 @@ async fn main() {
                 name: "bench".into(),
                 role: Role::Harness,
                 token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
+                cert_sha256: None,
                 users: vec!["*".into()],
                 groups: vec![],
                 rate_per_second: None,
@@ -104,6 +105,7 @@ async fn main() {
             monitor: warden_monitor::service::MonitorConfig::default(),
             durability,
             checkpoint_every: Duration::from_secs(300),
+            tls: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

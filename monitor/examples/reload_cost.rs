@@ -76,6 +76,7 @@ async fn main() {
                 name: "bench".into(),
                 role: Role::Harness,
                 token_sha256: hash_token("h").iter().map(|b| format!("{b:02x}")).collect(),
+                cert_sha256: None,
                 users: vec!["*".into()],
                 groups: vec![],
                 rate_per_second: None,
@@ -84,6 +85,7 @@ async fn main() {
             monitor: MonitorConfig::default(),
             durability: Default::default(),
             checkpoint_every: std::time::Duration::from_secs(300),
+            tls: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

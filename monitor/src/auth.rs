@@ -49,8 +49,13 @@ pub struct CredentialConfig {
     pub name: String,
     /// What it may do.
     pub role: Role,
-    /// Hex SHA-256 of the token.
+    /// Hex SHA-256 of the token (or use `cert_sha256`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token_sha256: String,
+    /// Hex SHA-256 of a client certificate (DER) that identifies this caller
+    /// on a mutual-TLS listener, instead of a token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_sha256: Option<String>,
     /// For harnesses: the users it may act for; `"*"` means every user and
     /// must be written explicitly.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -128,12 +133,14 @@ pub struct CredentialError {
 #[derive(Debug, Default)]
 pub struct Credentials {
     by_hash: HashMap<[u8; 32], Arc<Caller>>,
+    by_cert: HashMap<[u8; 32], Arc<Caller>>,
 }
 
 impl Credentials {
     /// Checks and indexes a credential list.
     pub fn new(configs: &[CredentialConfig]) -> Result<Self, CredentialError> {
         let mut by_hash = HashMap::new();
+        let mut by_cert = HashMap::new();
         let mut names = HashSet::new();
         for config in configs {
             let error = |message: &str| CredentialError { name: config.name.clone(), message: message.to_owned() };
@@ -143,10 +150,19 @@ impl Credentials {
             if !names.insert(config.name.clone()) {
                 return Err(error("the name is used twice"));
             }
-            let hash: [u8; 32] = hex::decode(config.token_sha256.trim())
-                .ok()
-                .and_then(|bytes| bytes.try_into().ok())
-                .ok_or_else(|| error("token_sha256 must be 64 hex digits"))?;
+            let digest = |text: &str, what: &str| -> Result<[u8; 32], CredentialError> {
+                hex::decode(text.trim())
+                    .ok()
+                    .and_then(|bytes| bytes.try_into().ok())
+                    .ok_or_else(|| error(&format!("{what} must be 64 hex digits")))
+            };
+            let token = (!config.token_sha256.trim().is_empty())
+                .then(|| digest(&config.token_sha256, "token_sha256"))
+                .transpose()?;
+            let cert = config.cert_sha256.as_deref().map(|c| digest(c, "cert_sha256")).transpose()?;
+            if token.is_none() && cert.is_none() {
+                return Err(error("give token_sha256 or cert_sha256"));
+            }
             if config.role != Role::Harness && !config.users.is_empty() {
                 return Err(error("only harness credentials have `users`"));
             }
@@ -167,11 +183,23 @@ impl Credentials {
                 None => None,
             };
             let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users, groups, rate });
-            if by_hash.insert(hash, caller).is_some() {
+            if let Some(hash) = token
+                && by_hash.insert(hash, Arc::clone(&caller)).is_some()
+            {
                 return Err(error("the same token hash is used by another credential"));
             }
+            if let Some(hash) = cert
+                && by_cert.insert(hash, caller).is_some()
+            {
+                return Err(error("the same certificate is used by another credential"));
+            }
         }
-        Ok(Self { by_hash })
+        Ok(Self { by_hash, by_cert })
+    }
+
+    /// The caller whose client certificate (DER) this is.
+    pub fn authenticate_cert(&self, der: &[u8]) -> Option<Arc<Caller>> {
+        self.by_cert.get(&<[u8; 32]>::from(Sha256::digest(der))).cloned()
     }
 
     /// The caller whose token this is.
@@ -181,12 +209,12 @@ impl Credentials {
 
     /// How many credentials there are.
     pub fn len(&self) -> usize {
-        self.by_hash.len()
+        self.by_hash.len() + self.by_cert.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.by_hash.is_empty()
+        self.by_hash.is_empty() && self.by_cert.is_empty()
     }
 }
 
@@ -199,6 +227,11 @@ fn scope(names: &[String]) -> Result<UserScope, &'static str> {
         return Ok(UserScope::All);
     }
     Ok(UserScope::Only(names.iter().cloned().collect()))
+}
+
+/// Hex SHA-256 of bytes, e.g. a DER certificate for `cert_sha256`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// SHA-256 of a token.
@@ -222,6 +255,7 @@ mod tests {
             name: name.into(),
             role,
             token_sha256: hex::encode(hash_token(token)),
+            cert_sha256: None,
             users: users.iter().map(|u| (*u).to_owned()).collect(),
             groups: vec![],
             rate_per_second: None,

@@ -97,6 +97,12 @@ pub struct FileConfig {
     pub session_burst: Option<u32>,
     /// Most approvals one session may have waiting at once (default 20).
     pub max_pending_per_session: Option<usize>,
+    /// TLS certificate chain (PEM file).
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM file).
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM file) for client certificates: mutual TLS.
+    pub tls_client_ca: Option<PathBuf>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
@@ -133,6 +139,12 @@ pub struct Settings {
     pub session_rate: Option<crate::ratelimit::Rate>,
     /// Most approvals one session may have waiting at once.
     pub max_pending_per_session: usize,
+    /// TLS certificate chain.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key.
+    pub tls_key: Option<PathBuf>,
+    /// CA for client certificates.
+    pub tls_client_ca: Option<PathBuf>,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
 }
@@ -189,6 +201,9 @@ impl Settings {
                 None => None,
             },
             max_pending_per_session: file.max_pending_per_session.unwrap_or(20),
+            tls_cert: file.tls_cert,
+            tls_key: file.tls_key,
+            tls_client_ca: file.tls_client_ca,
             credentials: file.credentials,
         })
     }
@@ -256,6 +271,7 @@ pub fn load_or_create_credentials(
             name: role.as_str().to_owned(),
             role,
             token_sha256: hex::encode(hash_token(&token)),
+            cert_sha256: None,
             users: if role == Role::Harness { vec!["*".to_owned()] } else { vec![] },
             groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
             rate_per_second: None,

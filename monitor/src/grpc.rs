@@ -38,17 +38,24 @@ impl Authenticator {
 
 impl Interceptor for Authenticator {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let header = request
-            .metadata()
-            .get("authorization")
-            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer <token>` metadata"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
-            .map(str::trim)
-            .ok_or_else(|| Status::unauthenticated("the `authorization` metadata must be `Bearer <token>`"))?;
-        let caller = self.credentials.authenticate(token).ok_or_else(|| Status::unauthenticated("unknown token"))?;
+        let caller = match request.metadata().get("authorization") {
+            Some(header) => {
+                let token = header
+                    .to_str()
+                    .ok()
+                    .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
+                    .map(str::trim)
+                    .ok_or_else(|| Status::unauthenticated("the `authorization` metadata must be `Bearer <token>`"))?;
+                self.credentials.authenticate(token).ok_or_else(|| Status::unauthenticated("unknown token"))?
+            }
+            // On a mutual-TLS listener, a client certificate may stand for a token.
+            None => match request.peer_certs().and_then(|certs| certs.first().cloned()) {
+                Some(cert) => self.credentials.authenticate_cert(cert.as_ref()).ok_or_else(|| {
+                    Status::unauthenticated("this client certificate is not a credential of this monitor")
+                })?,
+                None => return Err(Status::unauthenticated("missing `authorization: Bearer <token>` metadata")),
+            },
+        };
         if caller.role != self.role {
             return Err(Status::permission_denied(format!(
                 "a `{}` token cannot use this service: it needs a `{}` token",
@@ -86,6 +93,7 @@ impl Health {
 pub async fn router(
     monitor: &Arc<Monitor>,
     credentials: &Arc<Credentials>,
+    tls: Option<&crate::server::TlsPem>,
 ) -> Result<(tonic::transport::server::Router, Health), String> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
@@ -112,7 +120,17 @@ pub async fn router(
             .max_decoding_message_size(MAX_MESSAGE_BYTES),
         guard(Role::Admin),
     );
-    let router = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert, &tls.key));
+        if let Some(ca) = &tls.client_ca {
+            // Optional: harnesses still come with tokens.
+            config = config.client_ca_root(Certificate::from_pem(ca)).client_auth_optional(true);
+        }
+        builder = builder.tls_config(config).map_err(|e| format!("TLS: {e}"))?;
+    }
+    let router = builder
         // An upper bound for every call; `AwaitDecision` waits at most
         // `MAX_AWAIT`, streams answer at once and then run on.
         .timeout(crate::service::MAX_AWAIT + std::time::Duration::from_secs(30))

@@ -10,7 +10,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use warden_monitor::config::{FileConfig, LogFormat, Overrides, Settings, load_or_create_credentials};
 use warden_monitor::decision::DecisionConfig;
-use warden_monitor::server::{ServerConfig, start_with_signal};
+use warden_monitor::server::{ServerConfig, TlsPem, start_with_signal};
 use warden_monitor::service::{MonitorConfig, system_clock};
 
 /// The Warden monitor: the authority that AI-agent harnesses ask before an
@@ -44,6 +44,16 @@ struct Flags {
     /// cross the network in the clear: only behind a tunnel you trust
     #[arg(long)]
     insecure_plaintext: bool,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Accept client certificates signed by this CA (PEM): mutual TLS, where
+    /// a configured certificate (cert_sha256) identifies an approver or admin
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -66,17 +76,30 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         file,
         Overrides { listen: flags.listen, policies: flags.policies, data: flags.data, log_format: flags.log_format },
     )?;
-    if !settings.listen.ip().is_loopback() && !flags.insecure_plaintext {
+    let read = |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+    let tls = match (
+        flags.tls_cert.as_ref().or(settings.tls_cert.as_ref()),
+        flags.tls_key.as_ref().or(settings.tls_key.as_ref()),
+    ) {
+        (Some(cert), Some(key)) => Some(TlsPem {
+            cert: read(cert)?,
+            key: read(key)?,
+            client_ca: flags.tls_client_ca.as_ref().or(settings.tls_client_ca.as_ref()).map(read).transpose()?,
+        }),
+        (None, None) => None,
+        _ => anyhow::bail!("TLS needs both a certificate and a key"),
+    };
+    if !settings.listen.ip().is_loopback() && tls.is_none() && !flags.insecure_plaintext {
         anyhow::bail!(
             "refusing to listen on {}: it is not a loopback address, and without TLS bearer tokens would cross \
-             the network in the clear; listen on 127.0.0.1, or pass --insecure-plaintext if a trusted tunnel \
-             protects the connection",
+             the network in the clear; give --tls-cert and --tls-key, listen on 127.0.0.1, or pass \
+             --insecure-plaintext if a trusted tunnel protects the connection",
             settings.listen
         );
     }
     init_logging(settings.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    runtime.block_on(serve(settings))
+    runtime.block_on(serve(settings, tls))
 }
 
 fn init_logging(format: LogFormat) {
@@ -89,7 +112,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<()> {
+async fn serve(settings: Settings, tls: Option<TlsPem>) -> anyhow::Result<()> {
     let setup = load_or_create_credentials(&settings.data, &settings.credentials)?;
     if !setup.created_tokens.is_empty() {
         println!("First start: created one token per role (mode 0600):");
@@ -111,6 +134,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         credentials: setup.credentials,
         durability: settings.durability,
         checkpoint_every: settings.checkpoint_interval,
+        tls,
         monitor: MonitorConfig {
             policy_dir: settings.policies.clone(),
             decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },

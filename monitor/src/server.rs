@@ -71,6 +71,20 @@ pub struct ServerConfig {
     pub durability: Durability,
     /// How often the audit head is signed (and on shutdown).
     pub checkpoint_every: std::time::Duration,
+    /// TLS for the listener (PEM texts); `None`: plaintext.
+    pub tls: Option<TlsPem>,
+}
+
+/// The listener's TLS material, as PEM text.
+#[derive(Clone)]
+pub struct TlsPem {
+    /// The server's certificate chain.
+    pub cert: String,
+    /// Its private key.
+    pub key: String,
+    /// When set, clients may present a certificate signed by this CA (mutual
+    /// TLS); a known certificate then identifies the caller without a token.
+    pub client_ca: Option<String>,
 }
 
 /// A monitor serving on a listener.
@@ -148,7 +162,8 @@ pub async fn start_with_signal(
         every: config.checkpoint_every,
     }));
 
-    let (router, health) = grpc::router(&monitor, &credentials).await.map_err(ServerError::Reflection)?;
+    let (router, health) =
+        grpc::router(&monitor, &credentials, config.tls.as_ref()).await.map_err(ServerError::Reflection)?;
     // Approvals past their deadline are denied even when nobody asks.
     let sweeper = tokio::spawn(Arc::clone(&monitor).run_sweeper());
     let signer = tokio::spawn(Arc::clone(&monitor).run_checkpoints());

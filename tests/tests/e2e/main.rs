@@ -15,3 +15,4 @@ mod policies;
 mod reload;
 mod services;
 mod support;
+mod tls;

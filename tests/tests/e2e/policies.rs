@@ -99,6 +99,7 @@ async fn invalid_policies_refuse_to_start_with_file_and_line() {
         monitor: Default::default(),
         durability: Default::default(),
         checkpoint_every: std::time::Duration::from_secs(300),
+        tls: None,
     };
     let Err(error) = warden_monitor::server::start(config, listener).await else {
         panic!("started with a broken policy")

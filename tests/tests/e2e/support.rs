@@ -41,6 +41,7 @@ fn credential(name: &str, role: Role, token: &str, users: &[&str], groups: &[&st
         name: name.to_owned(),
         role,
         token_sha256: hex(hash_token(token)),
+        cert_sha256: None,
         users: users.iter().map(|u| (*u).to_owned()).collect(),
         groups: groups.iter().map(|g| (*g).to_owned()).collect(),
         rate_per_second: None,
@@ -137,6 +138,7 @@ impl TestMonitor {
             ],
             durability: Default::default(),
             checkpoint_every: std::time::Duration::from_secs(300),
+            tls: None,
             monitor,
         }
     }
