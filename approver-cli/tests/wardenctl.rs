@@ -37,6 +37,7 @@ async fn monitor(data: &Path) -> RunningServer {
         durability: Default::default(),
         checkpoint_every: std::time::Duration::from_secs(300),
         tls: None,
+        socket: None,
     };
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }

@@ -47,6 +47,7 @@ async fn main() {
             durability: Default::default(),
             checkpoint_every: std::time::Duration::from_secs(300),
             tls: None,
+            socket: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

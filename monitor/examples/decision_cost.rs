@@ -106,6 +106,7 @@ async fn main() {
             durability,
             checkpoint_every: Duration::from_secs(300),
             tls: None,
+            socket: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

@@ -103,6 +103,11 @@ pub struct FileConfig {
     pub tls_key: Option<PathBuf>,
     /// CA (PEM file) for client certificates: mutual TLS.
     pub tls_client_ca: Option<PathBuf>,
+    /// A Unix socket for local approvers and admins.
+    pub socket: Option<PathBuf>,
+    /// The uids that may connect to it (default: the data folder's owner).
+    #[serde(default)]
+    pub socket_uids: Vec<u32>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
@@ -145,6 +150,10 @@ pub struct Settings {
     pub tls_key: Option<PathBuf>,
     /// CA for client certificates.
     pub tls_client_ca: Option<PathBuf>,
+    /// A Unix socket for local approvers and admins.
+    pub socket: Option<PathBuf>,
+    /// The uids that may connect to it.
+    pub socket_uids: Vec<u32>,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
 }
@@ -204,6 +213,8 @@ impl Settings {
             tls_cert: file.tls_cert,
             tls_key: file.tls_key,
             tls_client_ca: file.tls_client_ca,
+            socket: file.socket,
+            socket_uids: file.socket_uids,
             credentials: file.credentials,
         })
     }

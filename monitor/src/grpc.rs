@@ -27,17 +27,32 @@ use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, De
 pub struct Authenticator {
     credentials: Arc<Credentials>,
     role: Role,
+    /// On the Unix socket: the peer uids admitted at all.
+    uids: Option<Arc<std::collections::HashSet<u32>>>,
 }
 
 impl Authenticator {
     /// Admits only tokens of `role`.
     pub fn new(credentials: Arc<Credentials>, role: Role) -> Self {
-        Self { credentials, role }
+        Self { credentials, role, uids: None }
     }
 }
 
 impl Interceptor for Authenticator {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(uids) = &self.uids {
+            // SO_PEERCRED, from the kernel: not something a peer can claim.
+            let uid = request
+                .extensions()
+                .get::<tonic::transport::server::UdsConnectInfo>()
+                .and_then(|info| info.peer_cred)
+                .map(|cred| cred.uid());
+            match uid {
+                Some(uid) if uids.contains(&uid) => {}
+                Some(uid) => return Err(Status::permission_denied(format!("uid {uid} may not use this socket"))),
+                None => return Err(Status::permission_denied("the peer of this socket is unknown")),
+            }
+        }
         let caller = match request.metadata().get("authorization") {
             Some(header) => {
                 let token = header
@@ -94,6 +109,7 @@ pub async fn router(
     monitor: &Arc<Monitor>,
     credentials: &Arc<Credentials>,
     tls: Option<&crate::server::TlsPem>,
+    uids: Option<Arc<std::collections::HashSet<u32>>>,
 ) -> Result<(tonic::transport::server::Router, Health), String> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
@@ -104,7 +120,7 @@ pub async fn router(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| e.to_string())?;
-    let guard = |role| Authenticator::new(Arc::clone(credentials), role);
+    let guard = |role| Authenticator { uids: uids.clone(), ..Authenticator::new(Arc::clone(credentials), role) };
     let authority = tonic::service::interceptor::InterceptedService::new(
         pb::authority_server::AuthorityServer::new(AuthorityService::new(Arc::clone(monitor)))
             .max_decoding_message_size(MAX_MESSAGE_BYTES),

@@ -10,7 +10,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use warden_monitor::config::{FileConfig, LogFormat, Overrides, Settings, load_or_create_credentials};
 use warden_monitor::decision::DecisionConfig;
-use warden_monitor::server::{ServerConfig, TlsPem, start_with_signal};
+use warden_monitor::server::{ServerConfig, TlsPem, UnixSocket, start_with_signal};
 use warden_monitor::service::{MonitorConfig, system_clock};
 
 /// The Warden monitor: the authority that AI-agent harnesses ask before an
@@ -44,6 +44,11 @@ struct Flags {
     /// cross the network in the clear: only behind a tunnel you trust
     #[arg(long)]
     insecure_plaintext: bool,
+    /// Also listen on this Unix socket, for local approvers and admins: only
+    /// the uids in `socket_uids` (configuration; default: the uid that owns
+    /// the data folder) may connect, and then present their tokens
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
     /// Serve TLS with this certificate chain (PEM); needs --tls-key
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -99,7 +104,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     }
     init_logging(settings.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    runtime.block_on(serve(settings, tls))
+    runtime.block_on(serve(settings, tls, flags.socket))
 }
 
 fn init_logging(format: LogFormat) {
@@ -112,7 +117,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(settings: Settings, tls: Option<TlsPem>) -> anyhow::Result<()> {
+async fn serve(settings: Settings, tls: Option<TlsPem>, flags_socket: Option<PathBuf>) -> anyhow::Result<()> {
     let setup = load_or_create_credentials(&settings.data, &settings.credentials)?;
     if !setup.created_tokens.is_empty() {
         println!("First start: created one token per role (mode 0600):");
@@ -135,6 +140,17 @@ async fn serve(settings: Settings, tls: Option<TlsPem>) -> anyhow::Result<()> {
         durability: settings.durability,
         checkpoint_every: settings.checkpoint_interval,
         tls,
+        socket: match flags_socket.or(settings.socket.clone()) {
+            Some(path) => {
+                let uids = if settings.socket_uids.is_empty() {
+                    vec![std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&settings.data)?)]
+                } else {
+                    settings.socket_uids.clone()
+                };
+                Some(UnixSocket { path, uids })
+            }
+            None => None,
+        },
         monitor: MonitorConfig {
             policy_dir: settings.policies.clone(),
             decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },

@@ -73,6 +73,18 @@ pub struct ServerConfig {
     pub checkpoint_every: std::time::Duration,
     /// TLS for the listener (PEM texts); `None`: plaintext.
     pub tls: Option<TlsPem>,
+    /// A Unix socket for local approvers and admins, if any.
+    pub socket: Option<UnixSocket>,
+}
+
+/// A Unix-socket listener whose peers are admitted by uid (SO_PEERCRED),
+/// and then by token as on TCP.
+#[derive(Clone, Debug)]
+pub struct UnixSocket {
+    /// The socket's path (a stale one is replaced).
+    pub path: PathBuf,
+    /// The uids that may connect at all.
+    pub uids: Vec<u32>,
 }
 
 /// The listener's TLS material, as PEM text.
@@ -163,7 +175,27 @@ pub async fn start_with_signal(
     }));
 
     let (router, health) =
-        grpc::router(&monitor, &credentials, config.tls.as_ref()).await.map_err(ServerError::Reflection)?;
+        grpc::router(&monitor, &credentials, config.tls.as_ref(), None).await.map_err(ServerError::Reflection)?;
+    let local = match &config.socket {
+        Some(socket) => {
+            let uids = Arc::new(socket.uids.iter().copied().collect());
+            let (router, _) =
+                grpc::router(&monitor, &credentials, None, Some(uids)).await.map_err(ServerError::Reflection)?;
+            match std::fs::remove_file(&socket.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ServerError::Task(format!("{}: {e}", socket.path.display()))),
+            }
+            let listener = tokio::net::UnixListener::bind(&socket.path)
+                .map_err(|e| ServerError::Task(format!("cannot listen on {}: {e}", socket.path.display())))?;
+            let mut stopping = monitor.shutdown();
+            Some(tokio::spawn(async move {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                router.serve_with_incoming_shutdown(incoming, async move { stopping.stopped().await }).await
+            }))
+        }
+        None => None,
+    };
     // Approvals past their deadline are denied even when nobody asks.
     let sweeper = tokio::spawn(Arc::clone(&monitor).run_sweeper());
     let signer = tokio::spawn(Arc::clone(&monitor).run_checkpoints());
@@ -195,6 +227,9 @@ pub async fn start_with_signal(
                 Ok(())
             }
         };
+        if let Some(local) = local {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, local).await;
+        }
         let _ = sweeper.await;
         let _ = signer.await;
         let _ = watcher.await;

@@ -100,6 +100,7 @@ async fn invalid_policies_refuse_to_start_with_file_and_line() {
         durability: Default::default(),
         checkpoint_every: std::time::Duration::from_secs(300),
         tls: None,
+        socket: None,
     };
     let Err(error) = warden_monitor::server::start(config, listener).await else {
         panic!("started with a broken policy")

@@ -139,6 +139,7 @@ impl TestMonitor {
             durability: Default::default(),
             checkpoint_every: std::time::Duration::from_secs(300),
             tls: None,
+            socket: None,
             monitor,
         }
     }

@@ -94,6 +94,7 @@ async fn tls_with_tokens_and_client_certificates() {
                 key: pki.server_key.clone(),
                 client_ca: Some(pki.ca_pem.clone()),
             }),
+            socket: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )
@@ -134,4 +135,62 @@ async fn tls_with_tokens_and_client_certificates() {
         assert!(client.verify_audit(pb::VerifyAuditRequest {}).await.is_err());
     }
     server.stop().await.unwrap();
+}
+
+/// A channel over a Unix socket.
+async fn unix_channel(path: std::path::PathBuf) -> Channel {
+    tonic::transport::Endpoint::from_static("http://local.socket")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_unix_socket_admits_only_the_listed_uids() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
+    for (uids, admitted) in [(vec![me], true), (vec![me + 1], false)] {
+        let data = tempfile::tempdir().unwrap();
+        let socket = data.path().join("wardend.sock");
+        let server = start(
+            ServerConfig {
+                policies: crate::support::bundled_policies(),
+                data: data.path().to_owned(),
+                credentials: vec![CredentialConfig {
+                    name: "local-admin".into(),
+                    role: Role::Admin,
+                    token_sha256: hash_token("a").iter().map(|b| format!("{b:02x}")).collect(),
+                    cert_sha256: None,
+                    users: vec![],
+                    groups: vec![],
+                    rate_per_second: None,
+                    burst: None,
+                }],
+                monitor: Default::default(),
+                durability: Default::default(),
+                checkpoint_every: std::time::Duration::from_secs(300),
+                tls: None,
+                socket: Some(warden_monitor::server::UnixSocket { path: socket.clone(), uids }),
+            },
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        )
+        .await
+        .unwrap();
+        let mut admin =
+            pb::admin_client::AdminClient::with_interceptor(unix_channel(socket).await, BearerToken::new("a").unwrap());
+        let result = admin.verify_audit(pb::VerifyAuditRequest {}).await;
+        if admitted {
+            assert!(result.unwrap().into_inner().ok);
+        } else {
+            let status = result.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::PermissionDenied);
+            assert!(status.message().contains(&format!("uid {me}")), "{}", status.message());
+        }
+        server.stop().await.unwrap();
+    }
 }
