@@ -17,10 +17,9 @@ use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use warden_proto::v1 as pb;
-use warden_sdk::BearerToken;
 
 /// An Approvals client with the approver's token.
-pub type ApprovalsClient = pb::approvals_client::ApprovalsClient<InterceptedService<Channel, BearerToken>>;
+pub type ApprovalsClient = pb::approvals_client::ApprovalsClient<InterceptedService<Channel, crate::MaybeToken>>;
 
 /// Prints the pending approvals.
 pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()> {

@@ -46,6 +46,16 @@ struct Connection {
     /// A file holding the bearer token, e.g. .warden/harness.token
     #[arg(long, global = true, env = "WARDEN_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// For an https:// endpoint: the CA that signed the monitor's certificate (PEM)
+    #[arg(long, global = true, env = "WARDEN_CA_CERT", value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+    /// For mutual TLS: this client's certificate (PEM); a configured one
+    /// identifies an approver or admin without a token
+    #[arg(long, global = true, env = "WARDEN_CLIENT_CERT", value_name = "FILE", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// For mutual TLS: this client's private key (PEM)
+    #[arg(long, global = true, env = "WARDEN_CLIENT_KEY", value_name = "FILE", requires = "client_cert")]
+    client_key: Option<PathBuf>,
 }
 
 impl Connection {
@@ -61,12 +71,30 @@ impl Connection {
     }
 
     async fn channel(&self) -> anyhow::Result<tonic::transport::Channel> {
-        tonic::transport::Endpoint::from_shared(self.endpoint.clone())
+        let mut endpoint = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
             .with_context(|| format!("endpoint `{}`", self.endpoint))?
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .with_context(|| format!("cannot reach the monitor at {}", self.endpoint))
+            .connect_timeout(Duration::from_secs(5));
+        if self.endpoint.starts_with("https://") {
+            let read =
+                |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+            let mut tls = tonic::transport::ClientTlsConfig::new();
+            if let Some(ca) = &self.ca_cert {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+            }
+            if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
+                tls = tls.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+            }
+            endpoint = endpoint.tls_config(tls).context("TLS settings")?;
+        }
+        endpoint.connect().await.with_context(|| format!("cannot reach the monitor at {}", self.endpoint))
+    }
+
+    /// The token, or none when a client certificate stands for it.
+    fn optional_token(&self) -> anyhow::Result<Option<BearerToken>> {
+        if self.token.is_none() && self.token_file.is_none() && self.client_cert.is_some() {
+            return Ok(None);
+        }
+        Ok(Some(BearerToken::new(&self.token()?)?))
     }
 
     async fn harness(&self) -> anyhow::Result<Client> {
@@ -75,17 +103,16 @@ impl Connection {
     }
 
     async fn approvals(&self) -> anyhow::Result<approvals::ApprovalsClient> {
-        let token = BearerToken::new(&self.token()?)?;
-        Ok(warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(self.channel().await?, token))
+        let token = self.optional_token()?;
+        Ok(warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(
+            self.channel().await?,
+            MaybeToken(token),
+        ))
     }
 
-    async fn admin(
-        &self,
-    ) -> anyhow::Result<
-        AdminClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>>,
-    > {
-        let token = BearerToken::new(&self.token()?)?;
-        Ok(AdminClient::with_interceptor(self.channel().await?, token))
+    async fn admin(&self) -> anyhow::Result<Admin> {
+        let token = self.optional_token()?;
+        Ok(AdminClient::with_interceptor(self.channel().await?, MaybeToken(token)))
     }
 }
 
@@ -537,7 +564,20 @@ async fn authorize(connection: &Connection, args: AuthorizeArgs, json: bool) -> 
     }))
 }
 
-type Admin = AdminClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>>;
+type Admin = AdminClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, MaybeToken>>;
+
+/// A bearer token, or nothing when a client certificate identifies the caller.
+#[derive(Clone)]
+pub struct MaybeToken(Option<BearerToken>);
+
+impl tonic::service::Interceptor for MaybeToken {
+    fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        match &mut self.0 {
+            Some(token) => token.call(request),
+            None => Ok(request),
+        }
+    }
+}
 
 async fn grants(mut admin: Admin, command: GrantsCommand, json: bool) -> anyhow::Result<()> {
     match command {

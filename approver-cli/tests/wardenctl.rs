@@ -363,3 +363,57 @@ async fn a_saved_checkpoint_catches_a_truncated_or_rewritten_log() {
     assert_eq!(caught.status.code(), Some(1));
     assert!(stdout(&caught).contains("records were removed"), "{}", stdout(&caught));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_over_mutual_tls_needs_no_token() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server_cert =
+        CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&server_key, &ca).unwrap();
+    let admin_key = KeyPair::generate().unwrap();
+    let admin_cert = CertificateParams::new(vec!["admin".to_owned()]).unwrap().signed_by(&admin_key, &ca).unwrap();
+
+    let data = tempfile::tempdir().unwrap();
+    let files = data.path();
+    std::fs::write(files.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(files.join("admin.pem"), admin_cert.pem()).unwrap();
+    std::fs::write(files.join("admin.key"), admin_key.serialize_pem()).unwrap();
+    let config = ServerConfig {
+        policies: policies(),
+        data: data.path().join("data"),
+        credentials: vec![CredentialConfig {
+            token_sha256: String::new(),
+            cert_sha256: Some(warden_monitor::auth::sha256_hex(admin_cert.der())),
+            ..credential("admin-by-cert", Role::Admin, "unused", &[])
+        }],
+        monitor: Default::default(),
+        durability: Default::default(),
+        checkpoint_every: std::time::Duration::from_secs(300),
+        tls: Some(warden_monitor::server::TlsPem {
+            cert: server_cert.pem(),
+            key: server_key.serialize_pem(),
+            client_ca: Some(ca.pem()),
+        }),
+        socket: None,
+    };
+    let server = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+    let endpoint = format!("https://{}", server.addr());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
+    command
+        .args(["--endpoint", &endpoint, "--ca-cert"])
+        .arg(files.join("ca.pem"))
+        .arg("--client-cert")
+        .arg(files.join("admin.pem"))
+        .arg("--client-key")
+        .arg(files.join("admin.key"))
+        .args(["audit", "verify"])
+        .env_remove("WARDEN_TOKEN")
+        .env_remove("WARDEN_TOKEN_FILE");
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout(&output).starts_with("ok: 0 records"), "{}", stdout(&output));
+    server.stop().await.unwrap();
+}
