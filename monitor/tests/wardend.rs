@@ -165,3 +165,18 @@ fn help_documents_every_flag() {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }
+
+#[test]
+fn plaintext_beyond_loopback_is_refused_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wardend"))
+        .args(["--listen", "0.0.0.0:0", "--data"])
+        .arg(dir.path().join("data"))
+        .arg("--policies")
+        .arg(policies())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a loopback address") && stderr.contains("--insecure-plaintext"), "{stderr}");
+}
