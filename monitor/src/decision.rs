@@ -7,7 +7,7 @@
 //! evaluation error denies and names the policy. No tonic, sled or tokio here,
 //! and no clock read: `now` is passed in.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,11 +101,14 @@ pub struct SessionFacts {
 pub struct DecisionConfig {
     /// How long an approval waits when no policy in the way has `@timeout`.
     pub default_approval_timeout: Duration,
+    /// Evaluate only the policies whose scope can match (the index); off,
+    /// every policy is evaluated (for differential tests and comparisons).
+    pub use_index: bool,
 }
 
 impl Default for DecisionConfig {
     fn default() -> Self {
-        Self { default_approval_timeout: Duration::from_secs(600) }
+        Self { default_approval_timeout: Duration::from_secs(600), use_index: true }
     }
 }
 
@@ -122,7 +125,7 @@ pub fn decide(
     now: OffsetDateTime,
     config: &DecisionConfig,
 ) -> Result<Evaluation, InvalidInput> {
-    let evaluator = match Evaluator::new(snapshot, request, facts, now)? {
+    let evaluator = match Evaluator::new(snapshot, request, facts, now, config.use_index)? {
         Ok(evaluator) => evaluator,
         Err(denial) => return Ok(denial),
     };
@@ -211,7 +214,7 @@ pub fn decide_approved(
     facts: &SessionFacts,
     now: OffsetDateTime,
 ) -> Result<Evaluation, InvalidInput> {
-    let evaluator = match Evaluator::new(snapshot, request, facts, now)? {
+    let evaluator = match Evaluator::new(snapshot, request, facts, now, true)? {
         Ok(evaluator) => evaluator,
         Err(denial) => return Ok(denial),
     };
@@ -264,7 +267,7 @@ pub fn explain(
     config: &DecisionConfig,
 ) -> Result<(Evaluation, Vec<PolicyTrace>), InvalidInput> {
     let evaluation = decide(snapshot, request, facts, now, config)?;
-    let evaluator = match Evaluator::new(snapshot, request, facts, now)? {
+    let evaluator = match Evaluator::new(snapshot, request, facts, now, false)? {
         Ok(evaluator) => evaluator,
         Err(_) => return Ok((evaluation, vec![])),
     };
@@ -309,7 +312,14 @@ fn no_permit(request: &NormalizedRequest) -> String {
     format!("no policy permits `{}` on {}", request.action, request.resource.display_uid())
 }
 
-/// A request ready for Cedar: its entities, principal, action and resource.
+/// The ancestors of the request's principal and resource, for the index.
+pub(crate) struct Ancestors {
+    pub(crate) principal: HashSet<EntityUid>,
+    pub(crate) resource: HashSet<EntityUid>,
+}
+
+/// A request ready for Cedar: its entities, principal, action and resource,
+/// and the policies whose scope can match it.
 struct Evaluator<'a> {
     snapshot: &'a PolicySnapshot,
     request: &'a NormalizedRequest,
@@ -317,6 +327,7 @@ struct Evaluator<'a> {
     principal: EntityUid,
     resource: EntityUid,
     entities: Entities,
+    policies: Arc<cedar_policy::PolicySet>,
     now: String,
 }
 
@@ -328,6 +339,7 @@ impl<'a> Evaluator<'a> {
         request: &'a NormalizedRequest,
         facts: &SessionFacts,
         now: OffsetDateTime,
+        use_index: bool,
     ) -> Result<Result<Self, Evaluation>, InvalidInput> {
         let Some(action) = snapshot.actions.get(&request.action) else {
             return Err(InvalidInput::new(
@@ -364,17 +376,27 @@ impl<'a> Evaluator<'a> {
                 vec![format!("unknown user `{}`: not in the policy entities", request.actor.user)],
             )));
         }
-        let entities = match request_entities(snapshot, request, facts) {
-            Ok(entities) => entities,
+        let (entities, ancestors) = match request_entities(snapshot, request, facts) {
+            Ok(built) => built,
             Err(reason) => return Ok(Err(Evaluation::deny(vec![], vec![reason]))),
+        };
+        let principal = uid(&types.session, &request.actor.session);
+        let resource = uid(types.of(&request.resource).0, &request.resource.entity_id());
+        // Only the policies whose scope can match: the same decision as the
+        // whole set (a policy out of scope is never satisfied, never errs).
+        let policies = if use_index {
+            snapshot.index.slice(&request.action, &principal, &resource, &ancestors)
+        } else {
+            Arc::clone(&snapshot.all_policies)
         };
         Ok(Ok(Self {
             snapshot,
             request,
             action: &action.uid,
-            principal: uid(&types.session, &request.actor.session),
-            resource: uid(types.of(&request.resource).0, &request.resource.entity_id()),
+            principal,
+            resource,
             entities,
+            policies,
             now: cedar_datetime(now),
         }))
     }
@@ -402,7 +424,7 @@ impl<'a> Evaluator<'a> {
 
     fn evaluate(&self, approved: bool) -> Result<Response, RequestError> {
         let request = self.request(approved)?;
-        Ok(Authorizer::new().is_authorized(&request, &self.snapshot.policies, &self.entities))
+        Ok(Authorizer::new().is_authorized(&request, &self.policies, &self.entities))
     }
 
     fn request(&self, approved: bool) -> Result<Request, RequestError> {
@@ -597,7 +619,7 @@ fn request_entities(
     snapshot: &PolicySnapshot,
     request: &NormalizedRequest,
     facts: &SessionFacts,
-) -> Result<Entities, String> {
+) -> Result<(Entities, Ancestors), String> {
     let mut out: HashMap<EntityUid, Entity> = HashMap::new();
     let file = &snapshot.entities;
 
@@ -642,6 +664,7 @@ fn request_entities(
         ("harness".to_owned(), RestrictedExpression::new_string(facts.harness.clone())),
         ("owner".to_owned(), RestrictedExpression::new_entity_uid(user)),
     ]);
+    let principal_ancestors: HashSet<EntityUid> = session_parents.iter().cloned().collect();
     let session =
         Entity::new(uid(&types.session, &actor.session), session_attrs, session_parents.into_iter().collect())
             .map_err(|e| format!("cannot build the session entity: {e}"))?;
@@ -664,6 +687,7 @@ fn request_entities(
             parents.extend(add_known(ancestor, &[], &mut out));
         }
     }
+    let resource_ancestors: HashSet<EntityUid> = parents.iter().cloned().collect();
     let resource = Entity::new(resource_uid.clone(), attrs, parents.into_iter().collect())
         .map_err(|e| format!("cannot build the resource entity: {e}"))?;
     out.insert(resource_uid, resource);
@@ -672,7 +696,9 @@ fn request_entities(
         out.insert(action.uid(), action);
     }
 
-    Entities::from_entities(out.into_values(), None).map_err(|e| format!("cannot build the request's entities: {e}"))
+    let entities = Entities::from_entities(out.into_values(), None)
+        .map_err(|e| format!("cannot build the request's entities: {e}"))?;
+    Ok((entities, Ancestors { principal: principal_ancestors, resource: resource_ancestors }))
 }
 
 /// The ancestor ids (nearest first) and the attributes of a resource.

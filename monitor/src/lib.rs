@@ -15,6 +15,7 @@ pub mod decision;
 pub mod duration;
 pub mod grants;
 pub mod grpc;
+pub mod index;
 pub mod normalize;
 pub mod policy;
 pub mod policytest;

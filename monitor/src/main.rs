@@ -153,7 +153,7 @@ async fn serve(settings: Settings, tls: Option<TlsPem>, flags_socket: Option<Pat
         },
         monitor: MonitorConfig {
             policy_dir: settings.policies.clone(),
-            decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout },
+            decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout, use_index: true },
             max_grant: settings.max_grant_duration,
             clock: system_clock(),
             session_rate: settings.session_rate,

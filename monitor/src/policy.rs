@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cedar_policy::{
@@ -179,6 +180,8 @@ pub struct PolicySnapshot {
     pub(crate) entities: Entities,
     pub(crate) actions: HashMap<String, ActionInfo>,
     pub(crate) types: DomainTypes,
+    pub(crate) index: crate::index::PolicyIndex,
+    pub(crate) all_policies: Arc<PolicySet>,
 }
 
 impl PolicySnapshot {
@@ -222,6 +225,12 @@ impl PolicySnapshot {
         };
         let actions = action_table(&schema)?;
         let types = DomainTypes::new().map_err(|e| LoadError::one(SourceDiagnostic::whole_file(SCHEMA_FILE, e)))?;
+        let action_entities = schema
+            .action_entities()
+            .map_err(|e| LoadError::one(SourceDiagnostic::whole_file(SCHEMA_FILE, diagnostic_message(&e))))?;
+        let action_uids: Vec<EntityUid> = actions.values().map(|a| a.uid.clone()).collect();
+        let index = crate::index::PolicyIndex::build(&policies, &action_uids, &action_entities);
+        let all_policies = Arc::new(policies.clone());
         Ok(Self {
             version: files.version(),
             files: files.names(),
@@ -232,6 +241,8 @@ impl PolicySnapshot {
             entities,
             actions,
             types,
+            index,
+            all_policies,
         })
     }
 

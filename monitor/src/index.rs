@@ -1,0 +1,134 @@
+//! The policy index: at load time, policies are grouped by the actions they
+//! can apply to and carry their principal and resource scope; a request
+//! evaluates only the policies whose scope can match its principal's and
+//! resource's ancestor sets. A policy whose scope does not match is never
+//! satisfied and never evaluated (so never errs), so the slice decides
+//! exactly as the whole set does. Slices are cached by the set of policies
+//! they hold.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use cedar_policy::{
+    ActionConstraint, Entities, EntityTypeName, EntityUid, Policy, PolicySet, PrincipalConstraint, ResourceConstraint,
+};
+
+use crate::decision::Ancestors;
+
+/// Slices kept before the cache starts over.
+const CACHE: usize = 4096;
+
+/// A scope constraint on the principal or the resource.
+#[derive(Debug, Clone)]
+enum Scope {
+    Any,
+    Eq(EntityUid),
+    In(EntityUid),
+    Is(EntityTypeName),
+    IsIn(EntityTypeName, EntityUid),
+}
+
+impl Scope {
+    fn matches(&self, uid: &EntityUid, ancestors: &HashSet<EntityUid>) -> bool {
+        let within = |target: &EntityUid| target == uid || ancestors.contains(target);
+        match self {
+            Scope::Any => true,
+            Scope::Eq(target) => target == uid,
+            Scope::In(target) => within(target),
+            Scope::Is(type_name) => uid.type_name() == type_name,
+            Scope::IsIn(type_name, target) => uid.type_name() == type_name && within(target),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Scoped {
+    policy: Policy,
+    principal: Scope,
+    resource: Scope,
+}
+
+/// Policies by action, with their scopes.
+#[derive(Debug, Default)]
+pub struct PolicyIndex {
+    by_action: HashMap<String, Vec<Scoped>>,
+    cache: Mutex<HashMap<(String, Vec<u32>), Arc<PolicySet>>>,
+}
+
+impl PolicyIndex {
+    /// Indexes `policies` for the actions of the schema (`action_entities`
+    /// gives each action's groups, for `action in Action::"group"`).
+    pub fn build(policies: &PolicySet, actions: &[EntityUid], action_entities: &Entities) -> Self {
+        let mut by_action: HashMap<String, Vec<Scoped>> = HashMap::new();
+        for action in actions {
+            let groups: HashSet<EntityUid> =
+                action_entities.ancestors(action).map(|found| found.cloned().collect()).unwrap_or_default();
+            let entry = by_action.entry(action.id().unescaped().to_owned()).or_default();
+            for policy in policies.policies() {
+                let applies = match policy.action_constraint() {
+                    ActionConstraint::Any => true,
+                    ActionConstraint::Eq(target) => &target == action,
+                    ActionConstraint::In(targets) => targets.iter().any(|t| t == action || groups.contains(t)),
+                };
+                if applies {
+                    entry.push(Scoped {
+                        policy: policy.clone(),
+                        principal: match policy.principal_constraint() {
+                            PrincipalConstraint::Any => Scope::Any,
+                            PrincipalConstraint::Eq(uid) => Scope::Eq(uid),
+                            PrincipalConstraint::In(uid) => Scope::In(uid),
+                            PrincipalConstraint::Is(type_name) => Scope::Is(type_name),
+                            PrincipalConstraint::IsIn(type_name, uid) => Scope::IsIn(type_name, uid),
+                        },
+                        resource: match policy.resource_constraint() {
+                            ResourceConstraint::Any => Scope::Any,
+                            ResourceConstraint::Eq(uid) => Scope::Eq(uid),
+                            ResourceConstraint::In(uid) => Scope::In(uid),
+                            ResourceConstraint::Is(type_name) => Scope::Is(type_name),
+                            ResourceConstraint::IsIn(type_name, uid) => Scope::IsIn(type_name, uid),
+                        },
+                    });
+                }
+            }
+        }
+        Self { by_action, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// The policies whose scope can match this request.
+    pub(crate) fn slice(
+        &self,
+        action: &str,
+        principal: &EntityUid,
+        resource: &EntityUid,
+        ancestors: &Ancestors,
+    ) -> Arc<PolicySet> {
+        let Some(scoped) = self.by_action.get(action) else { return Arc::new(PolicySet::new()) };
+        let positions: Vec<u32> = scoped
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.principal.matches(principal, &ancestors.principal)
+                    && s.resource.matches(resource, &ancestors.resource)
+            })
+            .filter_map(|(at, _)| u32::try_from(at).ok())
+            .collect();
+        let key = (action.to_owned(), positions);
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = cache.get(&key) {
+            return Arc::clone(found);
+        }
+        let mut set = PolicySet::new();
+        for &at in &key.1 {
+            if let Some(s) = scoped.get(at as usize) {
+                // Ids are unique in the snapshot, so adding cannot clash.
+                let _ = set.add(s.policy.clone());
+            }
+        }
+        let set = Arc::new(set);
+        if cache.len() >= CACHE {
+            cache.clear();
+        }
+        cache.insert(key, Arc::clone(&set));
+        set
+    }
+}
