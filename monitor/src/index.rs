@@ -15,6 +15,9 @@ use cedar_policy::{
 
 use crate::decision::Ancestors;
 
+/// An action and the positions of the policies in its slice.
+type SliceKey = (String, Vec<u32>);
+
 /// Slices kept before the cache starts over.
 const CACHE: usize = 4096;
 
@@ -52,7 +55,7 @@ struct Scoped {
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
     by_action: HashMap<String, Vec<Scoped>>,
-    cache: Mutex<HashMap<(String, Vec<u32>), Arc<PolicySet>>>,
+    cache: Mutex<HashMap<SliceKey, Arc<PolicySet>>>,
 }
 
 impl PolicyIndex {
