@@ -51,10 +51,31 @@ struct Scoped {
     resource: Scope,
 }
 
+impl Scope {
+    /// The entity a request's resource (or one of its ancestors) must be for
+    /// this scope to match; `None` when any entity of the right type may.
+    fn target(&self) -> Option<&EntityUid> {
+        match self {
+            Scope::Eq(uid) | Scope::In(uid) | Scope::IsIn(_, uid) => Some(uid),
+            Scope::Any | Scope::Is(_) => None,
+        }
+    }
+}
+
+/// One action's policies, reachable by the entity their resource scope names.
+#[derive(Debug, Default)]
+struct ActionPolicies {
+    scoped: Vec<Scoped>,
+    /// Positions of policies whose resource scope names an entity, by it.
+    by_resource: HashMap<EntityUid, Vec<u32>>,
+    /// Positions of policies whose resource scope names none.
+    any_resource: Vec<u32>,
+}
+
 /// Policies by action, with their scopes.
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
-    by_action: HashMap<String, Vec<Scoped>>,
+    by_action: HashMap<String, ActionPolicies>,
     cache: Mutex<HashMap<SliceKey, Arc<PolicySet>>>,
 }
 
@@ -62,11 +83,11 @@ impl PolicyIndex {
     /// Indexes `policies` for the actions of the schema (`action_entities`
     /// gives each action's groups, for `action in Action::"group"`).
     pub fn build(policies: &PolicySet, actions: &[EntityUid], action_entities: &Entities) -> Self {
-        let mut by_action: HashMap<String, Vec<Scoped>> = HashMap::new();
+        let mut by_action: HashMap<String, ActionPolicies> = HashMap::new();
         for action in actions {
             let groups: HashSet<EntityUid> =
                 action_entities.ancestors(action).map(|found| found.cloned().collect()).unwrap_or_default();
-            let entry = by_action.entry(action.id().unescaped().to_owned()).or_default();
+            let entry = &mut by_action.entry(action.id().unescaped().to_owned()).or_default().scoped;
             for policy in policies.policies() {
                 let applies = match policy.action_constraint() {
                     ActionConstraint::Any => true,
@@ -94,6 +115,15 @@ impl PolicyIndex {
                 }
             }
         }
+        for policies in by_action.values_mut() {
+            for (at, scoped) in policies.scoped.iter().enumerate() {
+                let Ok(at) = u32::try_from(at) else { continue };
+                match scoped.resource.target() {
+                    Some(uid) => policies.by_resource.entry(uid.clone()).or_default().push(at),
+                    None => policies.any_resource.push(at),
+                }
+            }
+        }
         Self { by_action, cache: Mutex::new(HashMap::new()) }
     }
 
@@ -105,16 +135,24 @@ impl PolicyIndex {
         resource: &EntityUid,
         ancestors: &Ancestors,
     ) -> Arc<PolicySet> {
-        let Some(scoped) = self.by_action.get(action) else { return Arc::new(PolicySet::new()) };
-        let positions: Vec<u32> = scoped
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.principal.matches(principal, &ancestors.principal)
-                    && s.resource.matches(resource, &ancestors.resource)
+        let Some(policies) = self.by_action.get(action) else { return Arc::new(PolicySet::new()) };
+        // Candidates: the policies naming the resource or one of its
+        // ancestors, and those naming no resource entity; the cost follows
+        // the candidates, not the size of the policy set.
+        let mut positions: Vec<u32> = policies.any_resource.clone();
+        for uid in std::iter::once(resource).chain(ancestors.resource.iter()) {
+            if let Some(found) = policies.by_resource.get(uid) {
+                positions.extend_from_slice(found);
+            }
+        }
+        positions.sort_unstable();
+        positions.dedup();
+        positions.retain(|&at| {
+            policies.scoped.get(at as usize).is_some_and(|s| {
+                s.principal.matches(principal, &ancestors.principal) && s.resource.matches(resource, &ancestors.resource)
             })
-            .filter_map(|(at, _)| u32::try_from(at).ok())
-            .collect();
+        });
+        let scoped = &policies.scoped;
         let key = (action.to_owned(), positions);
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(found) = cache.get(&key) {
