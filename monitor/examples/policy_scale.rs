@@ -63,7 +63,9 @@ fn main() {
     let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
     let mut entities = Vec::new();
     for t in 0..20 {
-        entities.push(serde_json::json!({ "uid": { "type": "Group", "id": format!("team{t}") }, "attrs": {}, "parents": [] }));
+        entities.push(
+            serde_json::json!({ "uid": { "type": "Group", "id": format!("team{t}") }, "attrs": {}, "parents": [] }),
+        );
     }
     for u in 0..USERS {
         entities.push(serde_json::json!({ "uid": { "type": "User", "id": format!("user{u}") }, "attrs": {},
@@ -74,15 +76,22 @@ fn main() {
     for count in [10usize, 100, 1_000, 10_000] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::copy(bundled.join("schema.cedarschema"), dir.path().join("schema.cedarschema")).unwrap();
-        std::fs::write(dir.path().join("entities.json"), serde_json::Value::Array(entities.clone()).to_string()).unwrap();
+        std::fs::write(dir.path().join("entities.json"), serde_json::Value::Array(entities.clone()).to_string())
+            .unwrap();
         std::fs::write(dir.path().join("generated.cedar"), generated(count)).unwrap();
         let snapshot = PolicySnapshot::load(dir.path()).unwrap();
         let (p50, p99) = measure(&snapshot, &DecisionConfig::default(), iterations);
         let base_p50 = *base.get_or_insert(p50);
         let whole = if count <= 1_000 {
-            let (w50, w99) =
-                measure(&snapshot, &DecisionConfig { use_index: false, ..DecisionConfig::default() }, iterations.min(2000));
-            format!("| every policy: p50={w50:>8.1?} p99={w99:>8.1?} ({:.1}x the index)", w50.as_secs_f64() / p50.as_secs_f64())
+            let (w50, w99) = measure(
+                &snapshot,
+                &DecisionConfig { use_index: false, ..DecisionConfig::default() },
+                iterations.min(2000),
+            );
+            format!(
+                "| every policy: p50={w50:>8.1?} p99={w99:>8.1?} ({:.1}x the index)",
+                w50.as_secs_f64() / p50.as_secs_f64()
+            )
         } else {
             String::new()
         };

@@ -149,7 +149,8 @@ impl PolicyIndex {
         positions.dedup();
         positions.retain(|&at| {
             policies.scoped.get(at as usize).is_some_and(|s| {
-                s.principal.matches(principal, &ancestors.principal) && s.resource.matches(resource, &ancestors.resource)
+                s.principal.matches(principal, &ancestors.principal)
+                    && s.resource.matches(resource, &ancestors.resource)
             })
         });
         let scoped = &policies.scoped;
