@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::server::{RunningServer, ServerConfig, start};
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
 
@@ -21,32 +21,15 @@ const HARNESS: &str = "wdn_notify_test_harness";
 const APPROVER: &str = "wdn_notify_test_approver";
 
 fn credential(name: &str, role: Role, token: &str) -> CredentialConfig {
-    CredentialConfig {
-        name: name.into(),
-        role,
-        token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
-        cert_sha256: None,
-        users: if role == Role::Harness { vec!["*".into()] } else { vec![] },
-        groups: if role == Role::Approver { vec!["*".into()] } else { vec![] },
-        rate_per_second: None,
-        burst: None,
-    }
+    CredentialConfig::for_token(name, role, token, if role == Role::Harness { &["*"] } else { &[] })
 }
 
 async fn monitor(data: &Path) -> RunningServer {
-    let config = ServerConfig {
-        policies: Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies"),
-        data: data.to_owned(),
-        credentials: vec![
-            credential("harness", Role::Harness, HARNESS),
-            credential("desk-oncall", Role::Approver, APPROVER),
-        ],
-        monitor: Default::default(),
-        durability: Default::default(),
-        checkpoint_every: std::time::Duration::from_secs(300),
-        tls: None,
-        socket: None,
-    };
+    let config = ServerConfig::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies"),
+        data.to_owned(),
+        vec![credential("harness", Role::Harness, HARNESS), credential("desk-oncall", Role::Approver, APPROVER)],
+    );
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::server::{RunningServer, ServerConfig, start};
 
 const HARNESS: &str = "wdn_cli_test_harness";
@@ -16,29 +16,15 @@ fn policies() -> PathBuf {
 }
 
 fn credential(name: &str, role: Role, token: &str, users: &[&str]) -> CredentialConfig {
-    CredentialConfig {
-        name: name.into(),
-        role,
-        token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
-        cert_sha256: None,
-        users: users.iter().map(|u| (*u).to_owned()).collect(),
-        groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
-        rate_per_second: None,
-        burst: None,
-    }
+    CredentialConfig::for_token(name, role, token, users)
 }
 
 async fn monitor(data: &Path) -> RunningServer {
-    let config = ServerConfig {
-        policies: policies(),
-        data: data.to_owned(),
-        credentials: vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
-        monitor: Default::default(),
-        durability: Default::default(),
-        checkpoint_every: std::time::Duration::from_secs(300),
-        tls: None,
-        socket: None,
-    };
+    let config = ServerConfig::new(
+        policies(),
+        data.to_owned(),
+        vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
+    );
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }
 

@@ -9,22 +9,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::server::{ServerConfig, start};
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
 
 fn credential(name: &str, role: Role, token: &str) -> CredentialConfig {
-    CredentialConfig {
-        name: name.into(),
-        role,
-        token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
-        cert_sha256: None,
-        users: if role == Role::Harness { vec!["*".into()] } else { vec![] },
-        groups: if role == Role::Approver { vec!["*".into()] } else { vec![] },
-        rate_per_second: None,
-        burst: None,
-    }
+    CredentialConfig::for_token(name, role, token, if role == Role::Harness { &["*"] } else { &[] })
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -36,19 +27,11 @@ async fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(1000);
     let data = tempfile::tempdir().unwrap();
     let server = start(
-        ServerConfig {
-            policies: Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies"),
-            data: data.path().to_owned(),
-            credentials: vec![
-                credential("bench-harness", Role::Harness, "h"),
-                credential("bench-approver", Role::Approver, "a"),
-            ],
-            monitor: warden_monitor::service::MonitorConfig::default(),
-            durability: Default::default(),
-            checkpoint_every: std::time::Duration::from_secs(300),
-            tls: None,
-            socket: None,
-        },
+        ServerConfig::new(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies"),
+            data.path().to_owned(),
+            vec![credential("bench-harness", Role::Harness, "h"), credential("bench-approver", Role::Approver, "a")],
+        ),
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )
     .await

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use warden_monitor::auth::{CredentialConfig, Role, hash_token};
 use warden_monitor::policy::PolicySnapshot;
 use warden_monitor::server::{ServerConfig, start};
-use warden_monitor::service::MonitorConfig;
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -69,10 +68,10 @@ async fn main() {
 
     let data = tempfile::tempdir().unwrap();
     let server = start(
-        ServerConfig {
-            policies: dir.path().to_owned(),
-            data: data.path().to_owned(),
-            credentials: vec![CredentialConfig {
+        ServerConfig::new(
+            dir.path().to_owned(),
+            data.path().to_owned(),
+            vec![CredentialConfig {
                 name: "bench".into(),
                 role: Role::Harness,
                 token_sha256: hash_token("h").iter().map(|b| format!("{b:02x}")).collect(),
@@ -82,12 +81,7 @@ async fn main() {
                 rate_per_second: None,
                 burst: None,
             }],
-            monitor: MonitorConfig::default(),
-            durability: Default::default(),
-            checkpoint_every: std::time::Duration::from_secs(300),
-            tls: None,
-            socket: None,
-        },
+        ),
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )
     .await

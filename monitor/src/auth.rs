@@ -74,6 +74,23 @@ pub struct CredentialConfig {
     pub burst: Option<u32>,
 }
 
+impl CredentialConfig {
+    /// A credential for `token`: a harness acting for `users` (`["*"]`:
+    /// everyone), an approver of every group, or an admin.
+    pub fn for_token(name: &str, role: Role, token: &str, users: &[&str]) -> Self {
+        Self {
+            name: name.to_owned(),
+            role,
+            token_sha256: hex::encode(hash_token(token)),
+            cert_sha256: None,
+            users: users.iter().map(|u| (*u).to_owned()).collect(),
+            groups: if role == Role::Approver { vec!["*".to_owned()] } else { vec![] },
+            rate_per_second: None,
+            burst: None,
+        }
+    }
+}
+
 /// Which users a harness may act for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UserScope {

@@ -99,6 +99,24 @@ pub struct TlsPem {
     pub client_ca: Option<String>,
 }
 
+impl ServerConfig {
+    /// A configuration with these policies, data folder and credentials, and
+    /// the defaults for everything else (plaintext, fsync, checkpoints every
+    /// five minutes, no Unix socket).
+    pub fn new(policies: PathBuf, data: PathBuf, credentials: Vec<CredentialConfig>) -> Self {
+        Self {
+            policies,
+            data,
+            credentials,
+            monitor: MonitorConfig::default(),
+            durability: Durability::default(),
+            checkpoint_every: std::time::Duration::from_secs(300),
+            tls: None,
+            socket: None,
+        }
+    }
+}
+
 /// A monitor serving on a listener.
 pub struct RunningServer {
     addr: SocketAddr,

@@ -92,16 +92,7 @@ async fn invalid_policies_refuse_to_start_with_file_and_line() {
     );
     let data = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = warden_monitor::server::ServerConfig {
-        policies: policies.path(),
-        data: data.path().to_owned(),
-        credentials: vec![],
-        monitor: Default::default(),
-        durability: Default::default(),
-        checkpoint_every: std::time::Duration::from_secs(300),
-        tls: None,
-        socket: None,
-    };
+    let config = warden_monitor::server::ServerConfig::new(policies.path(), data.path().to_owned(), vec![]);
     let Err(error) = warden_monitor::server::start(config, listener).await else {
         panic!("started with a broken policy")
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::decision::DecisionConfig;
 use warden_monitor::server::{RunningServer, ServerConfig, start};
 use warden_monitor::service::{Clock, MonitorConfig};
@@ -38,19 +38,9 @@ pub fn bundled_policies() -> PathBuf {
 
 fn credential(name: &str, role: Role, token: &str, users: &[&str], groups: &[&str]) -> CredentialConfig {
     CredentialConfig {
-        name: name.to_owned(),
-        role,
-        token_sha256: hex(hash_token(token)),
-        cert_sha256: None,
-        users: users.iter().map(|u| (*u).to_owned()).collect(),
         groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-        rate_per_second: None,
-        burst: None,
+        ..CredentialConfig::for_token(name, role, token, users)
     }
-}
-
-fn hex(bytes: [u8; 32]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub struct TestMonitor {
