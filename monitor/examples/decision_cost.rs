@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::decision::{DecisionConfig, SessionFacts, decide};
 use warden_monitor::normalize::{Actor, RequestInput, ResourceInput, normalize};
 use warden_monitor::policy::PolicySnapshot;
@@ -90,23 +90,12 @@ async fn main() {
     let token = "wdn_bench_token";
     let server = start(
         ServerConfig {
-            policies,
-            data: data.path().to_owned(),
-            credentials: vec![CredentialConfig {
-                name: "bench".into(),
-                role: Role::Harness,
-                token_sha256: hash_token(token).iter().map(|b| format!("{b:02x}")).collect(),
-                cert_sha256: None,
-                users: vec!["*".into()],
-                groups: vec![],
-                rate_per_second: None,
-                burst: None,
-            }],
-            monitor: warden_monitor::service::MonitorConfig::default(),
             durability,
-            checkpoint_every: Duration::from_secs(300),
-            tls: None,
-            socket: None,
+            ..ServerConfig::new(
+                policies,
+                data.path().to_owned(),
+                vec![CredentialConfig::for_token("bench", Role::Harness, token, &["*"])],
+            )
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

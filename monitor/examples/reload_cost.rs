@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use warden_monitor::auth::{CredentialConfig, Role, hash_token};
+use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::policy::PolicySnapshot;
 use warden_monitor::server::{ServerConfig, start};
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
@@ -71,16 +71,7 @@ async fn main() {
         ServerConfig::new(
             dir.path().to_owned(),
             data.path().to_owned(),
-            vec![CredentialConfig {
-                name: "bench".into(),
-                role: Role::Harness,
-                token_sha256: hash_token("h").iter().map(|b| format!("{b:02x}")).collect(),
-                cert_sha256: None,
-                users: vec!["*".into()],
-                groups: vec![],
-                rate_per_second: None,
-                burst: None,
-            }],
+            vec![CredentialConfig::for_token("bench", Role::Harness, "h", &["*"])],
         ),
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )

@@ -192,11 +192,10 @@ impl Credentials {
             let users = scope(&config.users).map_err(|m| error(&format!("users: {m}")))?;
             let groups = scope(&config.groups).map_err(|m| error(&format!("groups: {m}")))?;
             let rate = match config.rate_per_second {
-                Some(per_second) if per_second.is_finite() && per_second > 0.0 => Some(crate::ratelimit::Rate {
-                    per_second,
-                    burst: config.burst.unwrap_or_else(|| per_second.ceil().clamp(1.0, 1e6) as u32),
-                }),
-                Some(_) => return Err(error("rate_per_second must be a positive number")),
+                Some(per_second) => Some(
+                    crate::ratelimit::Rate::from_config(per_second, config.burst)
+                        .ok_or_else(|| error("rate_per_second must be a positive number"))?,
+                ),
                 None => None,
             };
             let caller = Arc::new(Caller { name: config.name.clone(), role: config.role, users, groups, rate });

@@ -197,16 +197,9 @@ impl Settings {
                 Duration::from_secs(300),
             )?,
             session_rate: match file.session_rate_per_second {
-                Some(per_second) if per_second.is_finite() && per_second > 0.0 => Some(crate::ratelimit::Rate {
-                    per_second,
-                    burst: file.session_burst.unwrap_or_else(|| per_second.ceil().clamp(1.0, 1e6) as u32),
-                }),
-                Some(_) => {
-                    return Err(ConfigError::Value {
-                        key: "session_rate_per_second",
-                        message: "must be a positive number".into(),
-                    });
-                }
+                Some(per_second) => Some(crate::ratelimit::Rate::from_config(per_second, file.session_burst).ok_or(
+                    ConfigError::Value { key: "session_rate_per_second", message: "must be a positive number".into() },
+                )?),
                 None => None,
             },
             max_pending_per_session: file.max_pending_per_session.unwrap_or(20),

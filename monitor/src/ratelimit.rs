@@ -14,6 +14,15 @@ pub struct Rate {
     pub burst: u32,
 }
 
+impl Rate {
+    /// A rate from configuration: `per_second` must be a positive number;
+    /// the burst defaults to one second's worth.
+    pub fn from_config(per_second: f64, burst: Option<u32>) -> Option<Self> {
+        (per_second.is_finite() && per_second > 0.0)
+            .then(|| Self { per_second, burst: burst.unwrap_or_else(|| per_second.ceil().clamp(1.0, 1e6) as u32) })
+    }
+}
+
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limited {

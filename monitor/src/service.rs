@@ -408,18 +408,16 @@ impl Monitor {
         // decision relied on is gone: decide afresh.
         let actor = &input.actor;
         let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
-        if !input.request_id.is_empty()
-            && let Some(earlier) = self.store.remembered(&caller.name, &input.request_id)?
-            && earlier.replayable(unix_ns(now), &self.snapshot().version)
-            && replay
-            && self.grants_active(&earlier.decision.grant_ids, unix_ns(now))
-        {
-            if earlier.request_hash != request_hash {
-                return Err(key_reused(&input.request_id));
-            }
-            return self.current(earlier.decision).await;
-        } else if let Some(earlier) = self.store.remembered(&caller.name, &input.request_id)? {
+        let earlier =
+            if input.request_id.is_empty() { None } else { self.store.remembered(&caller.name, &input.request_id)? };
+        if let Some(earlier) = earlier {
             replay &= self.grants_active(&earlier.decision.grant_ids, unix_ns(now));
+            if replay && earlier.replayable(unix_ns(now), &self.snapshot().version) {
+                if earlier.request_hash != request_hash {
+                    return Err(key_reused(&input.request_id));
+                }
+                return self.current(earlier.decision).await;
+            }
         }
         let request = normalize(&input)?;
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;

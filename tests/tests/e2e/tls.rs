@@ -3,7 +3,7 @@
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
-use warden_monitor::auth::{CredentialConfig, Role, hash_token, sha256_hex};
+use warden_monitor::auth::{CredentialConfig, Role, sha256_hex};
 use warden_monitor::server::{ServerConfig, TlsPem, start};
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
@@ -60,16 +60,7 @@ async fn tls_with_tokens_and_client_certificates() {
     let pki = pki();
     let data = tempfile::tempdir().unwrap();
     let credentials = vec![
-        CredentialConfig {
-            name: "harness".into(),
-            role: Role::Harness,
-            token_sha256: hash_token("h").iter().map(|b| format!("{b:02x}")).collect(),
-            cert_sha256: None,
-            users: vec!["*".into()],
-            groups: vec![],
-            rate_per_second: None,
-            burst: None,
-        },
+        CredentialConfig::for_token("harness", Role::Harness, "h", &["*"]),
         CredentialConfig {
             name: "security-by-cert".into(),
             role: Role::Admin,
@@ -161,16 +152,7 @@ async fn the_unix_socket_admits_only_the_listed_uids() {
             ServerConfig {
                 policies: crate::support::bundled_policies(),
                 data: data.path().to_owned(),
-                credentials: vec![CredentialConfig {
-                    name: "local-admin".into(),
-                    role: Role::Admin,
-                    token_sha256: hash_token("a").iter().map(|b| format!("{b:02x}")).collect(),
-                    cert_sha256: None,
-                    users: vec![],
-                    groups: vec![],
-                    rate_per_second: None,
-                    burst: None,
-                }],
+                credentials: vec![CredentialConfig::for_token("local-admin", Role::Admin, "a", &[])],
                 monitor: Default::default(),
                 durability: Default::default(),
                 checkpoint_every: std::time::Duration::from_secs(300),
