@@ -1061,7 +1061,9 @@ async fn audit_verify(
             if !path.is_dir() {
                 bail!("{} holds no store", data.display());
             }
-            let db = sled::Config::new().path(&path).open().with_context(|| {
+            // Applies what the monitor's write-ahead log holds (after a
+            // crash), so that every acknowledged record is verified.
+            let db = warden_monitor::store::open_stopped(&path).with_context(|| {
                 format!("cannot open {} (is the monitor still running? then verify without --data)", path.display())
             })?;
             let tree = db.open_tree(warden_monitor::store::trees::AUDIT)?;

@@ -2,9 +2,10 @@
 //! the end-to-end tests all use it.
 //!
 //! Pure core, no I/O beyond reading the policy folder: [`normalize`],
-//! [`policy`], [`decision`]. Effects: [`store`] (sled), [`service`] (what
-//! each call does, proto-free), [`grpc`] (the only module that knows proto
-//! types), [`server`] (wiring, listeners, shutdown), [`config`] and [`auth`].
+//! [`policy`], [`decision`]. Effects: [`store`] (sled, made durable by the
+//! write-ahead log in [`wal`]), [`service`] (what each call does,
+//! proto-free), [`grpc`] (the only module that knows proto types),
+//! [`server`] (wiring, listeners, shutdown), [`config`] and [`auth`].
 
 #![forbid(unsafe_code)]
 
@@ -23,4 +24,5 @@ pub mod ratelimit;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod wal;
 pub mod watch;

@@ -2,30 +2,36 @@
 //! idempotency key, and pending approvals.
 //!
 //! One writer task owns the chain head. Callers hand it a commit and wait;
-//! it takes every commit waiting at that moment, appends them in one sled
-//! transaction, flushes once (group commit) and only then answers each. So
-//! nobody is told about a write that is not on disk, and concurrent requests
-//! share one flush instead of paying one each.
+//! it takes every commit waiting at that moment, appends them to the
+//! write-ahead log ([`crate::wal`]) as one frame, applies the frame to the
+//! sled trees in one transaction, and hands the batch to the sync thread,
+//! which fdatasyncs the log (group commit) and only then answers each. So
+//! nobody is told about a write that is not on disk, concurrent requests
+//! share one sync instead of paying one each, and the next batch is written
+//! while the previous one is being synced. sled itself is flushed only at
+//! checkpoints, when a log segment is full and on shutdown; opening the
+//! store applies whatever the log holds beyond that.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sled::Transactional;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::{Actor, NormalizedRequest, RequestInput};
+use crate::wal::{self, Op, Wal, WalError};
 
 /// How long a decision is replayed for its request id. After it, or once the
 /// policies changed, the same id is decided afresh: a harness cannot keep an
 /// old ALLOW alive by reusing its id.
 pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 
-/// Most commits taken into one flush.
+/// Most commits taken into one batch.
 const MAX_BATCH: usize = 1024;
 /// Domain separation for record hashes.
 const HASH_DOMAIN: &[u8] = b"warden.audit.v1\0";
@@ -52,6 +58,9 @@ pub enum StoreError {
     /// The writer task is gone (the monitor is shutting down).
     #[error("store: the audit writer has stopped")]
     WriterGone,
+    /// The write-ahead log cannot be written or read back.
+    #[error("store: {0}")]
+    Wal(#[from] WalError),
 }
 
 /// One entry of the audit log, as stored and hashed.
@@ -476,21 +485,81 @@ struct Trees {
     sessions: sled::Tree,
 }
 
+/// Tree numbers in write-ahead log operations (stored on disk: never renumber).
+mod tree_no {
+    pub const AUDIT: u8 = 0;
+    pub const REQUESTS: u8 = 1;
+    pub const APPROVALS: u8 = 2;
+    pub const PENDING: u8 = 3;
+    pub const PENDING_SESSIONS: u8 = 4;
+    pub const GRANTS: u8 = 5;
+    pub const LOCKS: u8 = 6;
+    pub const SESSIONS: u8 = 7;
+}
+
+impl Trees {
+    fn open(db: &sled::Db) -> Result<Self, StoreError> {
+        Ok(Self {
+            audit: db.open_tree(trees::AUDIT)?,
+            requests: db.open_tree(trees::REQUESTS)?,
+            approvals: db.open_tree(trees::APPROVALS)?,
+            pending: db.open_tree(trees::PENDING)?,
+            pending_sessions: db.open_tree(trees::PENDING_SESSIONS)?,
+            grants: db.open_tree(trees::GRANTS)?,
+            locks: db.open_tree(trees::LOCKS)?,
+            sessions: db.open_tree(trees::SESSIONS)?,
+        })
+    }
+
+    fn by_no(&self, no: u8) -> Option<&sled::Tree> {
+        Some(match no {
+            tree_no::AUDIT => &self.audit,
+            tree_no::REQUESTS => &self.requests,
+            tree_no::APPROVALS => &self.approvals,
+            tree_no::PENDING => &self.pending,
+            tree_no::PENDING_SESSIONS => &self.pending_sessions,
+            tree_no::GRANTS => &self.grants,
+            tree_no::LOCKS => &self.locks,
+            tree_no::SESSIONS => &self.sessions,
+            _ => return None,
+        })
+    }
+
+    /// Applies one batch of operations, in order.
+    ///
+    /// Plain inserts, not a sled transaction or batch: in sled 0.34 either
+    /// writes out sled's current log buffer on every call, which cost more
+    /// than the whole decision. Atomicity comes from the write-ahead log,
+    /// whose frame holds the whole batch and is applied again on open.
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+        for op in ops {
+            let tree = self.by_no(op.tree).ok_or_else(|| StoreError::Corrupt {
+                tree: "wal",
+                key: op.tree.to_string(),
+                message: "an operation names an unknown tree".into(),
+            })?;
+            match &op.value {
+                Some(value) => tree.insert(op.key.as_slice(), value.as_slice())?,
+                None => tree.remove(op.key.as_slice())?,
+            };
+        }
+        Ok(())
+    }
+}
+
 /// Stops the writer when the monitor shuts down.
 pub struct StoreCloser {
     close: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
-    db: sled::Db,
 }
 
 impl StoreCloser {
     /// Writes and answers every commit already sent, stops the writer (later
-    /// commits fail with [`StoreError::WriterGone`]), and flushes.
+    /// commits fail with [`StoreError::WriterGone`]), flushes sled and
+    /// empties the write-ahead log.
     pub async fn close(self) -> Result<(), StoreError> {
         let _ = self.close.send(());
-        let _ = self.task.await;
-        self.db.flush_async().await?;
-        Ok(())
+        self.task.await.map_err(|e| StoreError::BatchFailed(format!("the audit writer failed: {e}")))
     }
 }
 
@@ -536,30 +605,8 @@ impl Store {
     /// Opens (or creates) the store in `dir` and starts its writer. Must be
     /// called inside a tokio runtime.
     pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, StoreCloser), StoreError> {
-        let db = sled::Config::new().path(dir).open()?;
-        // sled 0.34 flushes with sync_file_range; fsync of its log file (the
-        // inode, whichever descriptor) makes the flushed data power-safe.
-        let sync = match durability {
-            Durability::Fsync => {
-                let file = std::fs::OpenOptions::new().read(true).open(dir.join("db")).map_err(sled::Error::Io)?;
-                // The folder too, so that files sled created are found after a crash.
-                if let Ok(folder) = std::fs::File::open(dir) {
-                    let _ = folder.sync_all();
-                }
-                Some(Arc::new(file))
-            }
-            Durability::Flush => None,
-        };
-        let trees = Trees {
-            audit: db.open_tree(trees::AUDIT)?,
-            requests: db.open_tree(trees::REQUESTS)?,
-            approvals: db.open_tree(trees::APPROVALS)?,
-            pending: db.open_tree(trees::PENDING)?,
-            pending_sessions: db.open_tree(trees::PENDING_SESSIONS)?,
-            grants: db.open_tree(trees::GRANTS)?,
-            locks: db.open_tree(trees::LOCKS)?,
-            sessions: db.open_tree(trees::SESSIONS)?,
-        };
+        let Recovered { db, trees, db_file, wal_dir } = recover(dir, durability)?;
+        let wal = Wal::create(&wal_dir, durability == Durability::Fsync)?;
         let head = match trees.audit.last()? {
             Some((key, value)) => {
                 let record = decode_record(&key, &value)?;
@@ -573,20 +620,39 @@ impl Store {
         let (close, closing) = oneshot::channel();
         // What is on disk at open counts as durable.
         let (flushed_tx, flushed) = watch::channel(head.seq);
+        let failed = Arc::new(OnceLock::new());
+        let (to_sync, sync_rx) = mpsc::unbounded_channel();
+        let (sync_done, sync_finished) = oneshot::channel();
+        let sync = SyncLoop {
+            fsync: durability == Durability::Fsync,
+            flushed: flushed_tx,
+            appended: appended.clone(),
+            approval_events: approval_events.clone(),
+            failed: Arc::clone(&failed),
+        };
+        std::thread::Builder::new()
+            .name("warden-wal-sync".into())
+            .spawn(move || {
+                sync.run(sync_rx);
+                let _ = sync_done.send(());
+            })
+            .map_err(|e| StoreError::Wal(WalError::Io { path: wal_dir.clone(), source: e }))?;
         let task = tokio::spawn(
             WriteLoop {
                 db: db.clone(),
                 trees: trees.clone(),
-                appended: appended.clone(),
-                approval_events: approval_events.clone(),
-                flushed: flushed_tx,
-                failed: None,
-                sync,
+                spare: Some(prepare_spare(&wal)),
+                wal,
+                db_file,
+                checkpoint: None,
+                to_sync: Some(to_sync),
+                sync_finished,
+                failed,
             }
             .run(rx, closing, head),
         );
-        let store = Self { db: db.clone(), trees, flushed, writer, appended, approval_events };
-        Ok((store, StoreCloser { close, task, db }))
+        let store = Self { db, trees, flushed, writer, appended, approval_events };
+        Ok((store, StoreCloser { close, task }))
     }
 
     /// Appends a record with its state, if its guard holds, and returns once
@@ -743,18 +809,98 @@ impl Store {
     }
 }
 
+/// What [`recover`] opened.
+struct Recovered {
+    db: sled::Db,
+    trees: Trees,
+    /// sled's log file, fsynced after each of its flushes (fsync durability).
+    db_file: Option<Arc<File>>,
+    wal_dir: PathBuf,
+}
+
+/// Opens sled in `dir` and applies what the write-ahead log holds beyond
+/// sled's last flush; then flushes sled and empties the log.
+fn recover(dir: &Path, durability: Durability) -> Result<Recovered, StoreError> {
+    // The writer makes every answer durable through the write-ahead log:
+    // sled's own 500 ms flusher would only write the same data twice.
+    let db = sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).flush_every_ms(None).open()?;
+    // sled 0.34 flushes with sync_file_range; fsync of its log file (the
+    // inode, whichever descriptor) makes the flushed data power-safe.
+    let db_file = match durability {
+        Durability::Fsync => {
+            let file = File::open(dir.join("db")).map_err(sled::Error::Io)?;
+            // The folder too, so that files sled created are found after a crash.
+            if let Ok(folder) = File::open(dir) {
+                let _ = folder.sync_all();
+            }
+            Some(Arc::new(file))
+        }
+        Durability::Flush => None,
+    };
+    let trees = Trees::open(&db)?;
+    let wal_dir = dir.join("wal");
+    let batches = wal::recover(&wal_dir)?;
+    if !batches.is_empty() {
+        tracing::info!(batches = batches.len(), "applying the write-ahead log");
+        for ops in &batches {
+            trees.apply(ops)?;
+        }
+    }
+    checkpoint(&db, db_file.as_deref())?;
+    if wal_dir.exists() {
+        wal::remove_before(&wal_dir, u64::MAX)?;
+    }
+    Ok(Recovered { db, trees, db_file, wal_dir })
+}
+
+/// sled's flush, then (fsync durability) fsync of its log file.
+fn checkpoint(db: &sled::Db, db_file: Option<&File>) -> Result<(), StoreError> {
+    db.flush()?;
+    if let Some(file) = db_file {
+        file.sync_data().map_err(sled::Error::Io)?;
+    }
+    Ok(())
+}
+
+/// Opens a stopped monitor's store for reading (`wardenctl audit verify
+/// --data`), first applying whatever its write-ahead log holds, so that
+/// every acknowledged record is there even after a crash.
+pub fn open_stopped(dir: &Path) -> Result<sled::Db, StoreError> {
+    Ok(recover(dir, Durability::Fsync)?.db)
+}
+
+/// Starts preparing the segment after `wal`'s current one.
+fn prepare_spare(wal: &Wal) -> tokio::task::JoinHandle<Result<wal::Spare, WalError>> {
+    let (dir, number) = (wal.dir().to_owned(), wal.next_number());
+    tokio::task::spawn_blocking(move || wal::prepare_segment(&dir, number))
+}
+
+/// A batch written to the log and applied, waiting for its sync.
+struct Appended {
+    /// The segment it is in.
+    file: Arc<File>,
+    /// The chain head after it.
+    seq: u64,
+    answers: Vec<(Reply, Committed)>,
+    writes: Vec<Write>,
+}
+
 /// The writer task: the only code that appends.
 struct WriteLoop {
     db: sled::Db,
     trees: Trees,
-    appended: broadcast::Sender<AuditRecord>,
-    approval_events: broadcast::Sender<ApprovalEvent>,
-    flushed: watch::Sender<u64>,
-    /// Set when a flush failed after its transaction committed: what is in
-    /// the trees may or may not be on disk, so nothing more is accepted.
-    failed: Option<String>,
-    /// The database file to fsync after each flush (fsync durability).
-    sync: Option<Arc<std::fs::File>>,
+    wal: Wal,
+    db_file: Option<Arc<File>>,
+    /// The checkpoint under way: sled's flush, then the old segments deleted.
+    checkpoint: Option<tokio::task::JoinHandle<Result<(), String>>>,
+    /// The next segment, being prepared.
+    spare: Option<tokio::task::JoinHandle<Result<wal::Spare, WalError>>>,
+    /// To the sync thread; dropped to stop it.
+    to_sync: Option<mpsc::UnboundedSender<Appended>>,
+    sync_finished: oneshot::Receiver<()>,
+    /// Set once anything failed after a batch reached the log: what is on
+    /// disk is then unknown, so nothing more is accepted.
+    failed: Arc<OnceLock<String>>,
 }
 
 type Reply = oneshot::Sender<Result<Committed, StoreError>>;
@@ -784,17 +930,42 @@ impl WriteLoop {
                     Err(_) => break,
                 }
             }
-            head = self.write_batch(batch, head).await;
+            head = self.write_batch(batch, head);
+            self.maybe_checkpoint().await;
         }
-        if let Err(e) = self.flush().await {
-            tracing::error!(error = %e, "final flush failed");
+        // Every batch answered, then one last checkpoint empties the log.
+        self.to_sync = None;
+        let _ = (&mut self.sync_finished).await;
+        if let Some(running) = self.checkpoint.take()
+            && let Err(why) = running.await.unwrap_or_else(|e| Err(e.to_string()))
+        {
+            tracing::error!(error = %why, "checkpoint failed");
+        }
+        if self.failed.get().is_some() {
+            return;
+        }
+        let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
+        let last = tokio::task::spawn_blocking(move || {
+            checkpoint(&db, db_file.as_deref())?;
+            wal::remove_before(&dir, u64::MAX).map_err(StoreError::from)
+        })
+        .await;
+        match last {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "final checkpoint failed; the write-ahead log is applied at the next start")
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "final checkpoint failed; the write-ahead log is applied at the next start")
+            }
         }
     }
 
-    /// Plans every job against the store and the batch so far, writes the
-    /// appends in one transaction, flushes, then answers. Returns the new head.
-    async fn write_batch(&mut self, batch: Vec<Job>, head: Head) -> Head {
-        if let Some(why) = &self.failed {
+    /// Plans every job against the store and the batch so far, appends the
+    /// batch to the log, applies it to the trees, and hands it to the sync
+    /// thread, which answers. Returns the new head.
+    fn write_batch(&mut self, batch: Vec<Job>, head: Head) -> Head {
+        if let Some(why) = self.failed.get() {
             for Job { reply, .. } in batch {
                 let _ = reply.send(Err(StoreError::BatchFailed(why.clone())));
             }
@@ -817,51 +988,98 @@ impl WriteLoop {
                 }
             }
         }
-        let written = match self.transact(&writes) {
-            Ok(()) => self.flush().await.map_err(|e| {
-                let why = format!("a flush failed ({e}); restart the monitor");
-                self.failed = Some(why.clone());
-                StoreError::BatchFailed(why)
-            }),
-            Err(e) => Err(e),
-        };
-        match written {
-            Ok(()) => {
-                let _ = self.flushed.send(next.seq);
-                for (reply, committed) in answers {
-                    let _ = reply.send(Ok(committed));
-                }
-                for write in writes {
-                    if let Some(approval) = write.approval {
-                        let _ = self.approval_events.send(ApprovalEvent { approval });
-                    }
-                    let _ = self.appended.send(write.record);
-                }
-                next
-            }
+        let ops = match ops_of(&writes) {
+            Ok(ops) => ops,
             Err(e) => {
-                tracing::error!(error = %e, "audit batch failed; the requests in it are answered with an error");
+                // Nothing was written: the head stays.
+                tracing::error!(error = %e, "audit batch not written; the requests in it are answered with an error");
                 for (reply, _) in answers {
                     let _ = reply.send(Err(StoreError::BatchFailed(e.to_string())));
                 }
-                // A failed transaction wrote nothing: the head stays. After a
-                // failed flush nothing more is written at all.
+                return head;
+            }
+        };
+        let written = if ops.is_empty() {
+            Ok(())
+        } else {
+            self.wal.append(&wal::frame(&ops)).map_err(StoreError::from).and_then(|()| self.trees.apply(&ops))
+        };
+        let sent = written.and_then(|()| {
+            let appended = Appended { file: self.wal.file(), seq: next.seq, answers, writes };
+            match &self.to_sync {
+                Some(to_sync) => to_sync.send(appended).map_err(|_| StoreError::WriterGone),
+                None => Err(StoreError::WriterGone),
+            }
+        });
+        match sent {
+            Ok(()) => next,
+            Err(e) => {
+                // The batch may be in the log: its seqs must not be reused.
+                let why = format!("the audit log could not be written ({e}); restart the monitor");
+                tracing::error!(error = %e, "audit batch failed; no more writes are accepted");
+                let _ = self.failed.set(why);
                 head
             }
         }
     }
 
-    /// sled's flush, then (fsync durability) fsync of the database file.
-    async fn flush(&self) -> Result<(), String> {
-        self.db.flush_async().await.map_err(|e| e.to_string())?;
-        if let Some(file) = &self.sync {
-            let file = Arc::clone(file);
-            tokio::task::spawn_blocking(move || file.sync_data())
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+    /// When the log's segment is full: start a new one, and flush sled in
+    /// the background; once that is done the old segments are deleted.
+    async fn maybe_checkpoint(&mut self) {
+        if !self.wal.full() || self.failed.get().is_some() {
+            return;
         }
-        Ok(())
+        if let Some(running) = &self.checkpoint {
+            if !running.is_finished() {
+                return;
+            }
+            if let Some(running) = self.checkpoint.take()
+                && let Err(why) = running.await.unwrap_or_else(|e| Err(e.to_string()))
+            {
+                let _ = self.failed.set(format!("a checkpoint failed ({why}); restart the monitor"));
+                return;
+            }
+        }
+        // Only the newest segment may end in a torn frame.
+        let old = self.wal.file();
+        let synced = match self.db_file {
+            Some(_) => tokio::task::spawn_blocking(move || old.sync_data()).await.map_err(|e| e.to_string()),
+            None => Ok(Ok(())),
+        };
+        let spare = match self.spare.take() {
+            Some(preparing) => match preparing.await {
+                Ok(Ok(spare)) => Some(spare),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the next write-ahead log segment could not be prepared; making it now");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the next write-ahead log segment could not be prepared; making it now");
+                    None
+                }
+            },
+            None => None,
+        };
+        let rotated = match synced {
+            Ok(Ok(())) => self.wal.rotate(spare).map_err(|e| e.to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e),
+        };
+        let keep_from = match rotated {
+            Ok(keep_from) => keep_from,
+            Err(why) => {
+                let _ = self
+                    .failed
+                    .set(format!("the write-ahead log could not start a new segment ({why}); restart the monitor"));
+                return;
+            }
+        };
+        self.spare = Some(prepare_spare(&self.wal));
+        let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
+        self.checkpoint = Some(tokio::task::spawn_blocking(move || {
+            checkpoint(&db, db_file.as_deref()).map_err(|e| e.to_string())?;
+            wal::remove_before(&dir, keep_from).map_err(|e| e.to_string())
+        }));
     }
 
     /// Decides what one commit does, advancing `head` when it appends.
@@ -973,85 +1191,119 @@ impl WriteLoop {
         };
         Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval, grant, lock, session })))
     }
+}
 
-    /// Writes a batch in one transaction over every tree.
-    fn transact(&self, writes: &[Write]) -> Result<(), StoreError> {
-        if writes.is_empty() {
+/// The sync thread: fdatasyncs the log under every batch handed to it
+/// (several at once when they queue up), then answers them.
+struct SyncLoop {
+    fsync: bool,
+    flushed: watch::Sender<u64>,
+    appended: broadcast::Sender<AuditRecord>,
+    approval_events: broadcast::Sender<ApprovalEvent>,
+    failed: Arc<OnceLock<String>>,
+}
+
+impl SyncLoop {
+    fn run(self, mut rx: mpsc::UnboundedReceiver<Appended>) {
+        while let Some(first) = rx.blocking_recv() {
+            let mut batches = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                batches.push(more);
+            }
+            let synced = match self.failed.get() {
+                Some(why) if self.fsync => Err(why.clone()),
+                _ => self.sync(&batches),
+            };
+            match synced {
+                Ok(()) => {
+                    if let Some(last) = batches.last() {
+                        let _ = self.flushed.send(last.seq);
+                    }
+                    for Appended { answers, writes, .. } in batches {
+                        for (reply, committed) in answers {
+                            let _ = reply.send(Ok(committed));
+                        }
+                        for write in writes {
+                            if let Some(approval) = write.approval {
+                                let _ = self.approval_events.send(ApprovalEvent { approval });
+                            }
+                            let _ = self.appended.send(write.record);
+                        }
+                    }
+                }
+                Err(why) => {
+                    tracing::error!(error = %why, "audit batch not synced; the requests in it are answered with an error");
+                    for Appended { answers, .. } in batches {
+                        for (reply, _) in answers {
+                            let _ = reply.send(Err(StoreError::BatchFailed(why.clone())));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// fdatasync of each segment the batches are in (fsync durability).
+    fn sync(&self, batches: &[Appended]) -> Result<(), String> {
+        if !self.fsync {
             return Ok(());
         }
-        let mut encoded = Vec::with_capacity(writes.len());
-        let mut others = Vec::with_capacity(writes.len());
-        for write in writes {
-            let record = encode(&write.record)?;
-            let remembered = write.remembered.as_ref().map(|(key, r)| encode(r).map(|v| (key, v))).transpose()?;
-            let approval = write.approval.as_ref().map(|a| encode(a).map(|v| (a, v))).transpose()?;
-            encoded.push((write.record.seq, record, remembered, approval));
-            let grant = match &write.grant {
-                Some(GrantChange::Put(grant)) => Some((grant.grant_id.clone(), Some(encode(grant)?))),
-                Some(GrantChange::Remove(id)) => Some((id.clone(), None)),
-                None => None,
-            };
-            let lock = match &write.lock {
-                Some(LockChange::Put(lock)) => Some((lock.target.clone(), Some(encode(lock)?))),
-                Some(LockChange::Remove(target)) => Some((target.clone(), None)),
-                None => None,
-            };
-            let session = write.session.as_ref().map(|s| encode(s).map(|v| (s.session.clone(), v))).transpose()?;
-            others.push((grant, lock, session));
+        let mut files: Vec<&Arc<File>> = Vec::new();
+        for batch in batches {
+            if !files.iter().any(|f| Arc::ptr_eq(f, &batch.file)) {
+                files.push(&batch.file);
+            }
         }
-        let Trees { audit, requests, approvals, pending, pending_sessions, grants, locks, sessions } = &self.trees;
-        (audit, requests, approvals, pending, pending_sessions, grants, locks, sessions)
-            .transaction(|(audit, requests, approvals, pending, pending_sessions, grants, locks, sessions)| {
-                for (grant, lock, session) in &others {
-                    match grant {
-                        Some((id, Some(value))) => {
-                            grants.insert(id.as_bytes(), value.as_slice())?;
-                        }
-                        Some((id, None)) => {
-                            grants.remove(id.as_bytes())?;
-                        }
-                        None => {}
-                    }
-                    match lock {
-                        Some((target, Some(value))) => {
-                            locks.insert(target.as_bytes(), value.as_slice())?;
-                        }
-                        Some((target, None)) => {
-                            locks.remove(target.as_bytes())?;
-                        }
-                        None => {}
-                    }
-                    if let Some((id, value)) = session {
-                        sessions.insert(id.as_bytes(), value.as_slice())?;
-                    }
-                }
-                for (seq, record, remembered, approval) in &encoded {
-                    audit.insert(&seq.to_be_bytes(), record.as_slice())?;
-                    if let Some((key, value)) = remembered {
-                        requests.insert(key.as_slice(), value.as_slice())?;
-                    }
-                    if let Some((approval, value)) = approval {
-                        approvals.insert(approval.approval_id.as_bytes(), value.as_slice())?;
-                        let key = pending_key(approval.expires_unix_ns, &approval.approval_id);
-                        let mut by_session = approval.request.actor.session.as_bytes().to_vec();
-                        by_session.push(0);
-                        by_session.extend_from_slice(approval.approval_id.as_bytes());
-                        if approval.state == ApprovalState::Pending {
-                            pending.insert(key, &[] as &[u8])?;
-                            pending_sessions.insert(by_session, &[] as &[u8])?;
-                        } else {
-                            pending.remove(key)?;
-                            pending_sessions.remove(by_session)?;
-                        }
-                    }
-                }
-                Ok(())
-            })
-            .map_err(|e: sled::transaction::TransactionError<()>| match e {
-                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
-                sled::transaction::TransactionError::Abort(()) => StoreError::WriterGone,
-            })
+        for file in files {
+            if let Err(e) = file.sync_data() {
+                let why = format!("a sync of the write-ahead log failed ({e}); restart the monitor");
+                let _ = self.failed.set(why.clone());
+                return Err(why);
+            }
+        }
+        Ok(())
     }
+}
+
+/// A batch's writes as log operations, in the order they are applied.
+fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
+    let mut ops = Vec::with_capacity(writes.len() * 3);
+    let put = |tree, key: &[u8], value| Op { tree, key: key.to_vec(), value: Some(value) };
+    let remove = |tree, key: &[u8]| Op { tree, key: key.to_vec(), value: None };
+    for write in writes {
+        ops.push(put(tree_no::AUDIT, &write.record.seq.to_be_bytes(), encode(&write.record)?));
+        if let Some((key, remembered)) = &write.remembered {
+            ops.push(put(tree_no::REQUESTS, key, encode(remembered)?));
+        }
+        if let Some(approval) = &write.approval {
+            ops.push(put(tree_no::APPROVALS, approval.approval_id.as_bytes(), encode(approval)?));
+            let key = pending_key(approval.expires_unix_ns, &approval.approval_id);
+            let mut by_session = approval.request.actor.session.as_bytes().to_vec();
+            by_session.push(0);
+            by_session.extend_from_slice(approval.approval_id.as_bytes());
+            if approval.state == ApprovalState::Pending {
+                ops.push(put(tree_no::PENDING, &key, Vec::new()));
+                ops.push(put(tree_no::PENDING_SESSIONS, &by_session, Vec::new()));
+            } else {
+                ops.push(remove(tree_no::PENDING, &key));
+                ops.push(remove(tree_no::PENDING_SESSIONS, &by_session));
+            }
+        }
+        match &write.grant {
+            Some(GrantChange::Put(grant)) => ops.push(put(tree_no::GRANTS, grant.grant_id.as_bytes(), encode(grant)?)),
+            Some(GrantChange::Remove(id)) => ops.push(remove(tree_no::GRANTS, id.as_bytes())),
+            None => {}
+        }
+        match &write.lock {
+            Some(LockChange::Put(lock)) => ops.push(put(tree_no::LOCKS, lock.target.as_bytes(), encode(lock)?)),
+            Some(LockChange::Remove(target)) => ops.push(remove(tree_no::LOCKS, target.as_bytes())),
+            None => {}
+        }
+        if let Some(session) = &write.session {
+            ops.push(put(tree_no::SESSIONS, session.session.as_bytes(), encode(session)?));
+        }
+    }
+    Ok(ops)
 }
 
 /// What earlier jobs of the same batch wrote, for the guards of later ones.
