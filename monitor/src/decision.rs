@@ -612,48 +612,97 @@ fn uid(type_name: &EntityTypeName, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(type_name.clone(), EntityId::new(id))
 }
 
-/// The entities Cedar needs for one request: the session with its user,
-/// groups and agent, the resource with its ancestors, and the action.
-/// Parents are given as full ancestor sets, so Cedar's closure is trivial.
+/// Most (user, agent) pairs whose entities a snapshot keeps built.
+const PRINCIPAL_CACHE: usize = 4096;
+
+/// The entities of a user and an agent, with their ancestors from
+/// entities.json, built once per snapshot and pair: Cedar computes the
+/// transitive closure of whatever it is given, and that was the largest
+/// part of building a request's entities.
+#[derive(Debug, Default)]
+pub(crate) struct PrincipalCache {
+    built: std::sync::Mutex<HashMap<(String, String), Arc<PrincipalSide>>>,
+}
+
+#[derive(Debug)]
+struct PrincipalSide {
+    /// User, agent and their ancestors, closed.
+    entities: Entities,
+    /// User, agent and their ancestors: the session's parents.
+    parents: BTreeSet<EntityUid>,
+}
+
+impl PrincipalCache {
+    fn get(&self, snapshot: &PolicySnapshot, user: &str, agent: &str) -> Result<Arc<PrincipalSide>, String> {
+        let key = (user.to_owned(), agent.to_owned());
+        let mut built = self.built.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = built.get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        let types = &snapshot.types;
+        let mut out = HashMap::new();
+        let mut parents = add_known(snapshot, uid(&types.user, user), &[], &mut out, None);
+        parents.extend(add_known(snapshot, uid(&types.agent, agent), &[], &mut out, None));
+        let entities = Entities::from_entities(out.into_values(), None)
+            .map_err(|e| format!("cannot build the entities of user `{user}` and agent `{agent}`: {e}"))?;
+        let side = Arc::new(PrincipalSide { entities, parents });
+        if built.len() >= PRINCIPAL_CACHE {
+            built.clear();
+        }
+        built.insert(key, Arc::clone(&side));
+        Ok(side)
+    }
+}
+
+/// Adds to `out` an entity from entities.json with its ancestors, or a bare
+/// one whose parents are `bare_parents`, unless `known` already holds them.
+/// Returns the entity and its ancestors.
+fn add_known(
+    snapshot: &PolicySnapshot,
+    uid: EntityUid,
+    bare_parents: &[EntityUid],
+    out: &mut HashMap<EntityUid, Entity>,
+    known: Option<&Entities>,
+) -> BTreeSet<EntityUid> {
+    let file = &snapshot.entities;
+    let mut ancestors: BTreeSet<EntityUid> = BTreeSet::new();
+    if let Some(found) = file.ancestors(&uid) {
+        ancestors.extend(found.cloned());
+    }
+    let present = |out: &HashMap<EntityUid, Entity>, uid: &EntityUid| {
+        out.contains_key(uid) || known.is_some_and(|k| k.get(uid).is_some())
+    };
+    for ancestor in &ancestors {
+        if !present(out, ancestor) {
+            let entity = file.get(ancestor).cloned().unwrap_or_else(|| Entity::with_uid(ancestor.clone()));
+            out.insert(ancestor.clone(), entity);
+        }
+    }
+    if !present(out, &uid) {
+        let entity = file
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| Entity::new_no_attrs(uid.clone(), bare_parents.iter().cloned().collect()));
+        out.insert(uid.clone(), entity);
+    }
+    ancestors.insert(uid);
+    ancestors
+}
+
+/// The request's entities: the user's and agent's (cached per snapshot),
+/// and, built per request, the session, the resource with its ancestors and
+/// the action.
 fn request_entities(
     snapshot: &PolicySnapshot,
     request: &NormalizedRequest,
     facts: &SessionFacts,
 ) -> Result<(Entities, Ancestors), String> {
-    let mut out: HashMap<EntityUid, Entity> = HashMap::new();
-    let file = &snapshot.entities;
-
-    // An entity from entities.json with its ancestors, or a bare one whose
-    // parents are `bare_parents`. Returns the entity and its ancestors.
-    let add_known =
-        |uid: EntityUid, bare_parents: &[EntityUid], out: &mut HashMap<EntityUid, Entity>| -> BTreeSet<EntityUid> {
-            let mut ancestors: BTreeSet<EntityUid> = BTreeSet::new();
-            if let Some(found) = file.ancestors(&uid) {
-                ancestors.extend(found.cloned());
-            }
-            for ancestor in &ancestors {
-                if !out.contains_key(ancestor) {
-                    let entity = file.get(ancestor).cloned().unwrap_or_else(|| Entity::with_uid(ancestor.clone()));
-                    out.insert(ancestor.clone(), entity);
-                }
-            }
-            if !out.contains_key(&uid) {
-                let entity = file
-                    .get(&uid)
-                    .cloned()
-                    .unwrap_or_else(|| Entity::new_no_attrs(uid.clone(), bare_parents.iter().cloned().collect()));
-                out.insert(uid.clone(), entity);
-            }
-            ancestors.insert(uid);
-            ancestors
-        };
-
     let types = &snapshot.types;
     let actor = &request.actor;
-    let user = uid(&types.user, &actor.user);
-    let agent = uid(&types.agent, &actor.agent);
-    let mut session_parents = add_known(user.clone(), &[], &mut out);
-    session_parents.extend(add_known(agent, &[], &mut out));
+    let side = snapshot.principals.get(snapshot, &actor.user, &actor.agent)?;
+    let known = Some(&side.entities);
+    let mut out: HashMap<EntityUid, Entity> = HashMap::new();
+
     let session_attrs = HashMap::from([
         ("user".to_owned(), RestrictedExpression::new_string(actor.user.clone())),
         ("agent".to_owned(), RestrictedExpression::new_string(actor.agent.clone())),
@@ -662,12 +711,11 @@ fn request_entities(
             RestrictedExpression::new_set(facts.labels.iter().cloned().map(RestrictedExpression::new_string)),
         ),
         ("harness".to_owned(), RestrictedExpression::new_string(facts.harness.clone())),
-        ("owner".to_owned(), RestrictedExpression::new_entity_uid(user)),
+        ("owner".to_owned(), RestrictedExpression::new_entity_uid(uid(&types.user, &actor.user))),
     ]);
-    let principal_ancestors: HashSet<EntityUid> = session_parents.iter().cloned().collect();
-    let session =
-        Entity::new(uid(&types.session, &actor.session), session_attrs, session_parents.into_iter().collect())
-            .map_err(|e| format!("cannot build the session entity: {e}"))?;
+    let principal_ancestors: HashSet<EntityUid> = side.parents.iter().cloned().collect();
+    let session = Entity::new(uid(&types.session, &actor.session), session_attrs, principal_ancestors.clone())
+        .map_err(|e| format!("cannot build the session entity: {e}"))?;
     out.insert(session.uid(), session);
 
     let (resource_type, ancestor_type) = types.of(&request.resource);
@@ -677,14 +725,14 @@ fn request_entities(
     let mut parents = BTreeSet::new();
     for (at, ancestor) in chain.iter().enumerate() {
         let above = chain.get(at + 1..).unwrap_or_default();
-        parents.extend(add_known(ancestor.clone(), above, &mut out));
+        parents.extend(add_known(snapshot, ancestor.clone(), above, &mut out, known));
     }
     let resource_uid = uid(resource_type, &request.resource.entity_id());
     // Attributes come from the request; parents declared in entities.json for
     // the same uid are kept too.
-    if let Some(found) = file.ancestors(&resource_uid) {
+    if let Some(found) = snapshot.entities.ancestors(&resource_uid) {
         for ancestor in found.cloned().collect::<Vec<_>>() {
-            parents.extend(add_known(ancestor, &[], &mut out));
+            parents.extend(add_known(snapshot, ancestor, &[], &mut out, known));
         }
     }
     let resource_ancestors: HashSet<EntityUid> = parents.iter().cloned().collect();
@@ -692,11 +740,16 @@ fn request_entities(
         .map_err(|e| format!("cannot build the resource entity: {e}"))?;
     out.insert(resource_uid, resource);
 
-    if let Some(action) = snapshot.actions.get(&request.action).and_then(|a| a.entity.clone()) {
+    if let Some(action) = snapshot.actions.get(&request.action).and_then(|a| a.entity.clone())
+        && side.entities.get(&action.uid()).is_none()
+    {
         out.insert(action.uid(), action);
     }
 
-    let entities = Entities::from_entities(out.into_values(), None)
+    let entities = side
+        .entities
+        .clone()
+        .add_entities(out.into_values(), None)
         .map_err(|e| format!("cannot build the request's entities: {e}"))?;
     Ok((entities, Ancestors { principal: principal_ancestors, resource: resource_ancestors }))
 }

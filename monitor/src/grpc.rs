@@ -150,7 +150,7 @@ pub async fn router(
         // An upper bound for every call; `AwaitDecision` waits at most
         // `MAX_AWAIT`, streams answer at once and then run on.
         .timeout(crate::service::MAX_AWAIT + std::time::Duration::from_secs(30))
-        .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
+        .trace_fn(|request| tracing::debug_span!("rpc", path = %request.uri().path()))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(authority)

@@ -182,6 +182,8 @@ pub struct PolicySnapshot {
     pub(crate) types: DomainTypes,
     pub(crate) index: crate::index::PolicyIndex,
     pub(crate) all_policies: Arc<PolicySet>,
+    /// Users' and agents' entities, built on first use.
+    pub(crate) principals: crate::decision::PrincipalCache,
 }
 
 impl PolicySnapshot {
@@ -243,6 +245,7 @@ impl PolicySnapshot {
             types,
             index,
             all_policies,
+            principals: crate::decision::PrincipalCache::default(),
         })
     }
 

@@ -521,7 +521,10 @@ impl Monitor {
             Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) };
         match self.store.commit(commit).await? {
             Committed::New { decision: Some(decision), .. } => {
-                tracing::info!(
+                // Every decision is in the audit log; this line only at debug
+                // level (WARDEN_LOG=debug): at thousands a second, a line
+                // each on stderr cost more than the decision.
+                tracing::debug!(
                     outcome = decision.outcome.as_str(),
                     action = %request.action,
                     resource = %request.resource.display_uid(),
