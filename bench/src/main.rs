@@ -61,6 +61,11 @@ struct Args {
     /// Print one JSON object per run (one per line) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Grants to create (through the Admin service) before the runs of
+    /// each policy set, spread over the users, on folders the request mix
+    /// never touches: for the resident size with many grants
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    grants: usize,
 
     /// Drive an already running wardend at this URL (e.g.
     /// http://127.0.0.1:50051) instead of starting one: no policy generation,
@@ -327,7 +332,7 @@ struct Wardend {
     pid: u32,
     endpoint: String,
     token: String,
-    _data: tempfile::TempDir,
+    data: tempfile::TempDir,
 }
 
 fn wardend_binary() -> Result<PathBuf> {
@@ -380,7 +385,7 @@ fn start_wardend(binary: &Path, policies: &Path) -> Result<Wardend> {
         .context("read harness.token from wardend's data folder")?
         .trim()
         .to_owned();
-    Ok(Wardend { child, pid, endpoint, token, _data: data })
+    Ok(Wardend { child, pid, endpoint, token, data })
 }
 
 /// SIGTERM, then wait (SIGKILL after 10 s).
@@ -399,6 +404,54 @@ fn stop_wardend(mut wardend: Wardend) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// VmRSS and VmHWM of `pid`, in MiB.
+fn resident_mib(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: f64 = line.get(name.len()..)?.split_whitespace().next()?.parse().ok()?;
+        Some(kib / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Creates `count` grants through the Admin service: user `k % USERS`,
+/// `fs.write` under `/granted/k`, where the request mix never goes.
+async fn create_grants(wardend: &Wardend, count: usize) -> Result<()> {
+    use warden_proto::v1 as pb;
+    if count == 0 {
+        return Ok(());
+    }
+    let token = std::fs::read_to_string(wardend.data.path().join("admin.token"))
+        .context("read admin.token from wardend's data folder")?;
+    let channel = tonic::transport::Channel::from_shared(wardend.endpoint.clone())?.connect().await?;
+    let admin = pb::admin_client::AdminClient::with_interceptor(channel, warden_sdk::BearerToken::new(token.trim())?);
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let mut admin = admin.clone();
+        tasks.push(tokio::spawn(async move {
+            for k in (worker..count).step_by(8) {
+                admin
+                    .create_grant(pb::CreateGrantRequest {
+                        user: format!("user{}", k % USERS),
+                        actions: vec!["fs.write".into()],
+                        resource_scope: format!("dir:/granted/{k}"),
+                        ttl_seconds: 6 * 3600,
+                        reason: "warden-bench".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .with_context(|| format!("create grant {k}"))?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
 }
 
 /// utime + stime of `pid`, in clock ticks.
@@ -529,6 +582,9 @@ struct Row {
     seconds: f64,
     tally: Tally,
     cpu_us_per_decision: Option<f64>,
+    /// The monitor's resident size after the run (VmRSS), and its peak
+    /// (VmHWM), in MiB.
+    rss_mib: Option<(f64, f64)>,
     in_process: Option<InProcess>,
 }
 
@@ -548,6 +604,8 @@ impl Row {
             "p99_us": micros(percentile(l, 0.99)),
             "max_us": micros(l.last().copied().unwrap_or_default()),
             "cpu_us_per_decision": self.cpu_us_per_decision,
+            "rss_mib": self.rss_mib.map(|(now, _)| now),
+            "peak_rss_mib": self.rss_mib.map(|(_, peak)| peak),
             "allow": self.tally.allow,
             "deny": self.tally.deny,
             "pending": self.tally.pending,
@@ -563,7 +621,7 @@ impl Row {
 
     fn header() -> String {
         format!(
-            "{:>8} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>8}",
+            "{:>8} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>8}",
             "policies",
             "conc",
             "dec/s",
@@ -572,6 +630,7 @@ impl Row {
             "p99",
             "max",
             "cpu/dec",
+            "rss",
             "allow",
             "deny",
             "pending",
@@ -594,7 +653,7 @@ impl Row {
             None => ("-".into(), "-".into(), "-".into()),
         };
         format!(
-            "{:>8} {:>5} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>8}",
+            "{:>8} {:>5} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>8}",
             self.policies.map_or_else(|| "target".to_owned(), |n| n.to_string()),
             self.concurrency,
             l.len() as f64 / self.seconds,
@@ -603,6 +662,7 @@ impl Row {
             human(micros(percentile(l, 0.99))),
             human(micros(l.last().copied().unwrap_or_default())),
             self.cpu_us_per_decision.map_or_else(|| "-".to_owned(), human),
+            self.rss_mib.map_or_else(|| "-".to_owned(), |(now, _)| format!("{now:.0}M")),
             self.tally.allow,
             self.tally.deny,
             self.tally.pending,
@@ -712,6 +772,7 @@ async fn main() -> Result<()> {
                 seconds: began.elapsed().as_secs_f64(),
                 tally,
                 cpu_us_per_decision: None,
+                rss_mib: None,
                 in_process: None,
             };
             failed |= row.tally.errors > 0;
@@ -722,6 +783,7 @@ async fn main() -> Result<()> {
         let ticks = ticks_per_second();
         printer.note(&format!(
             "wardend {}; {}s per run; mix 4/8 ALLOW, 2/8 DENY, 2/8 PENDING; cpu/dec from /proc (CLK_TCK {ticks}); \
+             rss = wardend's resident size after the run; \
              inproc = normalize + decide in this process (indexed), unindexed = every policy evaluated; \
              grpc/inp = gRPC p50 / inproc p50",
             binary.display(),
@@ -739,7 +801,15 @@ async fn main() -> Result<()> {
                 );
             }
             let wardend = start_wardend(&binary, dir.path())?;
+            let started = resident_mib(wardend.pid);
             let result = async {
+                create_grants(&wardend, args.grants).await?;
+                if let (Some((at_start, _)), Some((with_grants, _))) = (started, resident_mib(wardend.pid)) {
+                    printer.note(&format!(
+                        "{count} policies: wardend resident {at_start:.0} MiB after start, {with_grants:.0} MiB with {} grants",
+                        args.grants
+                    ));
+                }
                 let client = connect(&wardend.endpoint, &wardend.token).await?;
                 warm_up(&client, slots).await?;
                 for (round, &concurrency) in args.concurrency.iter().enumerate() {
@@ -761,6 +831,7 @@ async fn main() -> Result<()> {
                         seconds,
                         tally,
                         cpu_us_per_decision,
+                        rss_mib: resident_mib(wardend.pid),
                         in_process: Some(in_process),
                     };
                     failed |= row.tally.errors > 0;

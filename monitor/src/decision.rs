@@ -387,7 +387,7 @@ impl<'a> Evaluator<'a> {
         let policies = if use_index {
             snapshot.index.slice(&request.action, &principal, &resource, &ancestors)
         } else {
-            Arc::clone(&snapshot.all_policies)
+            Arc::clone(&snapshot.policies)
         };
         Ok(Ok(Self {
             snapshot,

@@ -175,13 +175,13 @@ pub struct PolicySnapshot {
     /// Validator warnings (impossible policies and the like).
     pub warnings: Vec<SourceDiagnostic>,
     pub(crate) schema: Schema,
-    pub(crate) policies: PolicySet,
+    /// Every policy; also what is evaluated without the index.
+    pub(crate) policies: Arc<PolicySet>,
     pub(crate) meta: HashMap<PolicyId, PolicyMeta>,
     pub(crate) entities: Entities,
     pub(crate) actions: HashMap<String, ActionInfo>,
     pub(crate) types: DomainTypes,
     pub(crate) index: crate::index::PolicyIndex,
-    pub(crate) all_policies: Arc<PolicySet>,
     /// Users' and agents' entities, built on first use.
     pub(crate) principals: crate::decision::PrincipalCache,
 }
@@ -232,19 +232,17 @@ impl PolicySnapshot {
             .map_err(|e| LoadError::one(SourceDiagnostic::whole_file(SCHEMA_FILE, diagnostic_message(&e))))?;
         let action_uids: Vec<EntityUid> = actions.values().map(|a| a.uid.clone()).collect();
         let index = crate::index::PolicyIndex::build(&policies, &action_uids, &action_entities);
-        let all_policies = Arc::new(policies.clone());
         Ok(Self {
             version: files.version(),
             files: files.names(),
             warnings,
             schema,
-            policies,
+            policies: Arc::new(policies),
             meta,
             entities,
             actions,
             types,
             index,
-            all_policies,
             principals: crate::decision::PrincipalCache::default(),
         })
     }

@@ -31,6 +31,8 @@ use crate::wal::{self, Op, Wal, WalError};
 /// old ALLOW alive by reusing its id.
 pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 
+/// sled's page cache, in bytes.
+const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// Most commits taken into one batch.
 const MAX_BATCH: usize = 1024;
 /// Domain separation for record hashes.
@@ -823,7 +825,15 @@ struct Recovered {
 fn recover(dir: &Path, durability: Durability) -> Result<Recovered, StoreError> {
     // The writer makes every answer durable through the write-ahead log:
     // sled's own 500 ms flusher would only write the same data twice.
-    let db = sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).flush_every_ms(None).open()?;
+    // sled keeps written pages in memory up to its cache capacity (1 GiB by
+    // default): the audit log would grow the resident size without bound
+    // for records that are read back rarely (tail, verify).
+    let db = sled::Config::new()
+        .path(dir)
+        .mode(sled::Mode::HighThroughput)
+        .flush_every_ms(None)
+        .cache_capacity(CACHE_BYTES)
+        .open()?;
     // sled 0.34 flushes with sync_file_range; fsync of its log file (the
     // inode, whichever descriptor) makes the flushed data power-safe.
     let db_file = match durability {
