@@ -281,7 +281,7 @@ pub fn explain(
         .map(|p| (p.clone(), snapshot.meta(p.id()).map_or_else(String::new, |m| m.file.clone())))
         .collect();
     if let Some(grants) = &facts.grants {
-        sources.extend(grants.policies.policies().map(|p| (p.clone(), "grant".to_owned())));
+        sources.extend(grants.policies().map(|p| (p.clone(), "grant".to_owned())));
     }
     let authorizer = Authorizer::new();
     let mut traces = Vec::with_capacity(sources.len());
@@ -327,7 +327,11 @@ struct Evaluator<'a> {
     principal: EntityUid,
     resource: EntityUid,
     entities: Entities,
+    ancestors: Ancestors,
     policies: Arc<cedar_policy::PolicySet>,
+    /// Evaluate only the grants whose scope can match (else all of the
+    /// user's, to check that both agree).
+    use_index: bool,
     now: String,
 }
 
@@ -396,7 +400,9 @@ impl<'a> Evaluator<'a> {
             principal,
             resource,
             entities,
+            ancestors,
             policies,
+            use_index,
             now: cedar_datetime(now),
         }))
     }
@@ -405,12 +411,22 @@ impl<'a> Evaluator<'a> {
     /// erroring grant denies, like any erroring policy.
     fn matching_grants(&self, facts: &SessionFacts) -> Result<Result<Vec<String>, Box<Evaluation>>, InvalidInput> {
         let Some(grants) = &facts.grants else { return Ok(Ok(vec![])) };
+        // Only the grants whose session and scope can match (the rest are
+        // never satisfied): usually none, and then Cedar does not run.
+        let candidates = if self.use_index {
+            grants.candidates(&self.request.actor.session, &self.resource, &self.ancestors.resource)
+        } else {
+            grants.all()
+        };
+        if candidates.is_empty() {
+            return Ok(Ok(vec![]));
+        }
         let request = match self.request(false) {
             Ok(request) => request,
             // Bad context is bad input, as without grants.
             Err(e) => return e.into_result().map(|denial| Err(Box::new(denial))),
         };
-        let response = Authorizer::new().is_authorized(&request, &grants.policies, &self.entities);
+        let response = Authorizer::new().is_authorized(&request, &candidates, &self.entities);
         if let Some(error) = response.diagnostics().errors().next() {
             return Ok(Err(Box::new(Evaluation::deny(
                 vec![],

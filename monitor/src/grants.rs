@@ -1,11 +1,12 @@
 //! Grants, pure: what a grant may name, the Cedar `permit` the monitor
-//! generates for it, and an index so that a request evaluates only its own
-//! user's grants.
+//! generates for it, and an index so that a request evaluates only those of
+//! its own user whose resource scope can match it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::str::FromStr;
 use std::sync::Arc;
 
-use cedar_policy::{Policy, PolicyId, PolicySet, ValidationMode, Validator};
+use cedar_policy::{EntityId, EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, ValidationMode, Validator};
 
 use crate::decision::cedar_datetime_ns;
 use crate::normalize::{InvalidInput, Resource, ResourceInput, clean_path, normalize_resource};
@@ -186,7 +187,7 @@ pub fn grant_policy(grant: &Grant, scope: &Scope) -> String {
 
 /// Parses and strictly validates a grant's policy against the snapshot's
 /// schema; the message names what is wrong.
-pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<Policy, InvalidInput> {
+pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<CompiledGrant, InvalidInput> {
     let scope = parse_scope(&grant.resource_scope)?;
     let text = grant_policy(grant, &scope);
     let policy = Policy::parse(Some(PolicyId::new(&grant.grant_id)), &text)
@@ -203,21 +204,84 @@ pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<Policy, Inval
             "the grant could never match: none of its actions applies to its resource scope",
         ));
     }
-    Ok(policy)
+    let entity_type = EntityTypeName::from_str(scope.entity_type)
+        .map_err(|e| InvalidInput::new("resource_scope", format!("entity type `{}`: {e}", scope.entity_type)))?;
+    Ok(CompiledGrant {
+        policy,
+        scope: EntityUid::from_type_name_and_id(entity_type, EntityId::new(&scope.id)),
+        within: scope.within,
+        session: grant.session.clone(),
+    })
 }
 
-/// One user's grants as a Cedar policy set.
+/// A grant's Cedar policy, with what of its scope is checked before Cedar
+/// runs.
+#[derive(Debug)]
+pub struct CompiledGrant {
+    /// The generated permit.
+    pub policy: Policy,
+    /// The entity its resource scope names.
+    scope: EntityUid,
+    /// `resource in` the entity (`true`) or `resource ==` it.
+    within: bool,
+    /// Only this session, when set.
+    session: String,
+}
+
+impl CompiledGrant {
+    /// Whether the grant's session and resource scope let it match a
+    /// request at all. When they do not, its policy is never satisfied, so
+    /// leaving it out of the evaluation changes nothing.
+    fn may_match(&self, session: &str, resource: &EntityUid, resource_ancestors: &HashSet<EntityUid>) -> bool {
+        (self.session.is_empty() || self.session == session)
+            && (&self.scope == resource || (self.within && resource_ancestors.contains(&self.scope)))
+    }
+}
+
+/// One user's grants.
 #[derive(Debug, Default)]
 pub struct UserGrants {
-    /// The generated permits, keyed by grant id.
-    pub policies: PolicySet,
+    grants: Vec<Arc<CompiledGrant>>,
+}
+
+impl UserGrants {
+    /// Every grant's policy.
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.grants.iter().map(|g| &g.policy)
+    }
+
+    /// Every grant's policy, as a set.
+    pub(crate) fn all(&self) -> PolicySet {
+        let mut set = PolicySet::new();
+        for grant in &self.grants {
+            let _ = set.add(grant.policy.clone());
+        }
+        set
+    }
+
+    /// The policies of the grants that can match a request of `session` on
+    /// `resource` (whose ancestors are given); Cedar evaluates only these.
+    pub(crate) fn candidates(
+        &self,
+        session: &str,
+        resource: &EntityUid,
+        resource_ancestors: &HashSet<EntityUid>,
+    ) -> PolicySet {
+        let mut set = PolicySet::new();
+        for grant in self.grants.iter().filter(|g| g.may_match(session, resource, resource_ancestors)) {
+            // Grant ids are unique, so adding cannot clash.
+            let _ = set.add(grant.policy.clone());
+        }
+        set
+    }
 }
 
 /// Every active grant with its compiled policy, and the per-user index that
-/// requests read. A change rebuilds only its user's set.
+/// requests read. A change rebuilds only its user's list (of shared
+/// pointers: no policy is copied).
 #[derive(Debug, Default)]
 pub struct GrantBook {
-    by_user: HashMap<String, BTreeMap<String, (Grant, Policy)>>,
+    by_user: HashMap<String, BTreeMap<String, (Grant, Arc<CompiledGrant>)>>,
     index: HashMap<String, Arc<UserGrants>>,
 }
 
@@ -230,9 +294,12 @@ impl GrantBook {
         let mut users = Vec::new();
         for grant in grants {
             match compile(&grant, snapshot) {
-                Ok(policy) => {
+                Ok(compiled) => {
                     users.push(grant.user.clone());
-                    book.by_user.entry(grant.user.clone()).or_default().insert(grant.grant_id.clone(), (grant, policy));
+                    book.by_user
+                        .entry(grant.user.clone())
+                        .or_default()
+                        .insert(grant.grant_id.clone(), (grant, Arc::new(compiled)));
                 }
                 Err(e) => problems.push((grant.grant_id, e)),
             }
@@ -246,9 +313,9 @@ impl GrantBook {
     }
 
     /// Adds a compiled grant.
-    pub fn insert(&mut self, grant: Grant, policy: Policy) {
+    pub fn insert(&mut self, grant: Grant, compiled: CompiledGrant) {
         let user = grant.user.clone();
-        self.by_user.entry(user.clone()).or_default().insert(grant.grant_id.clone(), (grant, policy));
+        self.by_user.entry(user.clone()).or_default().insert(grant.grant_id.clone(), (grant, Arc::new(compiled)));
         self.rebuild(&user);
     }
 
@@ -264,13 +331,8 @@ impl GrantBook {
     fn rebuild(&mut self, user: &str) {
         match self.by_user.get(user) {
             Some(grants) if !grants.is_empty() => {
-                let mut policies = PolicySet::new();
-                for (grant, policy) in grants.values() {
-                    if let Err(e) = policies.add(policy.clone()) {
-                        tracing::error!(grant_id = %grant.grant_id, error = %e, "grant left out");
-                    }
-                }
-                self.index.insert(user.to_owned(), Arc::new(UserGrants { policies }));
+                let grants = grants.values().map(|(_, compiled)| Arc::clone(compiled)).collect();
+                self.index.insert(user.to_owned(), Arc::new(UserGrants { grants }));
             }
             _ => {
                 self.by_user.remove(user);

@@ -777,7 +777,7 @@ impl Monitor {
         kind: &str,
         caller: &str,
         session: Option<SessionChange>,
-        grant: Option<(Grant, cedar_policy::Policy)>,
+        grant: Option<(Grant, crate::grants::CompiledGrant)>,
     ) -> Result<ApprovalRecord, CallError> {
         let decision = &approval.decision;
         let entry = AuditEntry {
@@ -868,7 +868,7 @@ impl Monitor {
         created_by: &str,
         now: OffsetDateTime,
         snapshot: &PolicySnapshot,
-    ) -> Result<(Grant, cedar_policy::Policy), CallError> {
+    ) -> Result<(Grant, crate::grants::CompiledGrant), CallError> {
         if request.user.trim().is_empty() {
             return Err(InvalidInput::new("user", "is required").into());
         }

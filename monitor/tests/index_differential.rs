@@ -1,7 +1,8 @@
 //! The policy index decides exactly as the whole policy set: thousands of
 //! generated requests against a generated policy set with every kind of
-//! scope, decided with and without the index, must agree in outcome,
-//! policies, reasons and approval terms.
+//! scope, and generated grants of every kind of resource scope, decided with
+//! and without the index (which also picks the grants that can match), must
+//! agree in outcome, policies, reasons, grants and approval terms.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -9,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use warden_monitor::decision::{DecisionConfig, SessionFacts, decide};
+use warden_monitor::grants::{Grant, GrantBook};
 use warden_monitor::normalize::{Actor, RequestInput, ResourceInput, normalize};
 use warden_monitor::policy::PolicySnapshot;
 
@@ -119,6 +121,44 @@ fn request(rng: &mut Lcg) -> (RequestInput, BTreeSet<String>) {
     (input, labels)
 }
 
+/// A few grants per user over every kind of scope, some for one session,
+/// some expired.
+fn grants(rng: &mut Lcg, now_unix_ns: i64) -> Vec<Grant> {
+    let mut out = Vec::new();
+    for user in 0..USERS {
+        for k in 0..6 {
+            let scope = match rng.next(7) {
+                0 => format!("dir:/data/d{}", rng.next(DIRS)),
+                1 => format!("dir:/data/d{}/sub", rng.next(DIRS)),
+                2 => format!("file:/data/d{}/f{}.txt", rng.next(DIRS), rng.next(3)),
+                3 => format!("program:tool{}", rng.next(TOOLS)),
+                4 => format!("domain:h{}.example", rng.next(HOSTS)),
+                5 => format!("url:https://api.h{}.example/x", rng.next(HOSTS)),
+                _ => "dir:/".to_owned(),
+            };
+            let actions = match scope.split(':').next() {
+                Some("program") => vec!["exec".to_owned()],
+                Some("domain" | "url") => vec!["http.request".to_owned()],
+                _ => vec![["fs.read", "fs.write", "fs.delete"][rng.next(3)].to_owned()],
+            };
+            let hour = 3_600_000_000_000;
+            out.push(Grant {
+                grant_id: format!("grt-u{user}-{k}"),
+                user: format!("u{user}"),
+                session: if rng.next(3) == 0 { format!("s{}", rng.next(USERS * 2)) } else { String::new() },
+                agent: if rng.next(4) == 0 { format!("a{}", rng.next(2)) } else { String::new() },
+                actions,
+                resource_scope: scope,
+                expires_unix_ns: if rng.next(5) == 0 { now_unix_ns - hour } else { now_unix_ns + hour },
+                reason: String::new(),
+                created_by: "diff".into(),
+                created_unix_ns: now_unix_ns,
+            });
+        }
+    }
+    out
+}
+
 #[test]
 fn the_index_decides_exactly_as_the_whole_set() {
     let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
@@ -144,19 +184,29 @@ fn the_index_decides_exactly_as_the_whole_set() {
     let indexed = DecisionConfig::default();
     let whole = DecisionConfig { use_index: false, ..DecisionConfig::default() };
     let now = time::OffsetDateTime::now_utc();
+    let now_unix_ns = i64::try_from(now.unix_timestamp_nanos()).unwrap();
+    let (book, problems) = GrantBook::load(grants(&mut rng, now_unix_ns), &snapshot);
+    assert!(problems.is_empty(), "{problems:?}");
     let mut outcomes = std::collections::BTreeMap::new();
+    let mut granted = 0;
     for case in 0..REQUESTS {
         let (input, labels) = request(&mut rng);
         let request = normalize(&input).unwrap();
-        let facts = SessionFacts { labels, harness: "diff".into(), ..SessionFacts::default() };
+        let grants = if case % 2 == 0 { book.for_user(&input.actor.user) } else { None };
+        let facts = SessionFacts { labels, harness: "diff".into(), grants, ..SessionFacts::default() };
         let a = decide(&snapshot, &request, &facts, now, &indexed);
         let b = decide(&snapshot, &request, &facts, now, &whole);
         assert_eq!(a, b, "case {case}: {input:?}");
         if let Ok(evaluation) = a {
             *outcomes.entry(evaluation.outcome.as_str()).or_insert(0) += 1;
+            granted += usize::from(!evaluation.grant_ids.is_empty());
         }
     }
-    // The corpus exercises every outcome.
+    // The corpus exercises every outcome, and grants that match.
     assert_eq!(outcomes.len(), 3, "{outcomes:?}");
-    println!("{REQUESTS} requests, 400 policies, index and whole set agree: {outcomes:?}");
+    assert!(granted > REQUESTS / 50, "only {granted} decisions matched a grant");
+    println!(
+        "{REQUESTS} requests, 400 policies, {} grants; index and whole set agree: {outcomes:?}, {granted} by a grant",
+        book.len()
+    );
 }
