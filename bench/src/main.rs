@@ -66,6 +66,10 @@ struct Args {
     /// never touches: for the resident size with many grants
     #[arg(long, value_name = "N", default_value_t = 0)]
     grants: usize,
+    /// The started monitor's durability: `fsync` (an answer survives power
+    /// loss) or `flush` (survives a killed process; no fdatasync)
+    #[arg(long, value_name = "MODE", default_value = "fsync", value_parser = ["fsync", "flush"])]
+    durability: String,
 
     /// Drive an already running wardend at this URL (e.g.
     /// http://127.0.0.1:50051) instead of starting one: no policy generation,
@@ -346,15 +350,19 @@ fn wardend_binary() -> Result<PathBuf> {
     Ok(path)
 }
 
-fn start_wardend(binary: &Path, policies: &Path) -> Result<Wardend> {
+fn start_wardend(binary: &Path, policies: &Path, durability: &str) -> Result<Wardend> {
     let data = tempfile::tempdir()?;
     let stderr_path = data.path().join("wardend.stderr");
     let stderr = std::fs::File::create(&stderr_path)?;
+    let config = data.path().join("wardend.toml");
+    std::fs::write(&config, format!("durability = \"{durability}\"\n"))?;
     let mut child = Command::new(binary)
         .args(["--listen", "127.0.0.1:0", "--policies"])
         .arg(policies)
         .arg("--data")
         .arg(data.path())
+        .arg("--config")
+        .arg(&config)
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
         .spawn()
@@ -782,11 +790,12 @@ async fn main() -> Result<()> {
         let binary = wardend_binary()?;
         let ticks = ticks_per_second();
         printer.note(&format!(
-            "wardend {}; {}s per run; mix 4/8 ALLOW, 2/8 DENY, 2/8 PENDING; cpu/dec from /proc (CLK_TCK {ticks}); \
+            "wardend {} ({} durability); {}s per run; mix 4/8 ALLOW, 2/8 DENY, 2/8 PENDING; cpu/dec from /proc (CLK_TCK {ticks}); \
              rss = wardend's resident size after the run; \
              inproc = normalize + decide in this process (indexed), unindexed = every policy evaluated; \
              grpc/inp = gRPC p50 / inproc p50",
             binary.display(),
+            args.durability,
             args.duration
         ));
         for &count in &args.policies {
@@ -800,7 +809,7 @@ async fn main() -> Result<()> {
                     in_process.unexpected
                 );
             }
-            let wardend = start_wardend(&binary, dir.path())?;
+            let wardend = start_wardend(&binary, dir.path(), &args.durability)?;
             let started = resident_mib(wardend.pid);
             let result = async {
                 create_grants(&wardend, args.grants).await?;

@@ -625,13 +625,14 @@ impl Store {
         let failed = Arc::new(OnceLock::new());
         let (to_sync, sync_rx) = mpsc::unbounded_channel();
         let (sync_done, sync_finished) = oneshot::channel();
-        let sync = SyncLoop {
+        let sync = Arc::new(SyncLoop {
             fsync: durability == Durability::Fsync,
             flushed: flushed_tx,
             appended: appended.clone(),
             approval_events: approval_events.clone(),
             failed: Arc::clone(&failed),
-        };
+        });
+        let answer_now = (durability == Durability::Flush).then(|| Arc::clone(&sync));
         std::thread::Builder::new()
             .name("warden-wal-sync".into())
             .spawn(move || {
@@ -648,6 +649,7 @@ impl Store {
                 db_file,
                 checkpoint: None,
                 to_sync: Some(to_sync),
+                answer_now,
                 sync_finished,
                 failed,
             }
@@ -858,7 +860,7 @@ fn recover(dir: &Path, durability: Durability) -> Result<Recovered, StoreError> 
     }
     checkpoint(&db, db_file.as_deref())?;
     if wal_dir.exists() {
-        wal::remove_before(&wal_dir, u64::MAX)?;
+        wal::remove_all(&wal_dir)?;
     }
     Ok(Recovered { db, trees, db_file, wal_dir })
 }
@@ -907,6 +909,9 @@ struct WriteLoop {
     spare: Option<tokio::task::JoinHandle<Result<wal::Spare, WalError>>>,
     /// To the sync thread; dropped to stop it.
     to_sync: Option<mpsc::UnboundedSender<Appended>>,
+    /// With flush durability a written batch is already as durable as it
+    /// gets: the writer answers it itself, without a hop to the sync thread.
+    answer_now: Option<Arc<SyncLoop>>,
     sync_finished: oneshot::Receiver<()>,
     /// Set once anything failed after a batch reached the log: what is on
     /// disk is then unknown, so nothing more is accepted.
@@ -954,10 +959,13 @@ impl WriteLoop {
         if self.failed.get().is_some() {
             return;
         }
+        if let Some(preparing) = self.spare.take() {
+            let _ = preparing.await;
+        }
         let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
         let last = tokio::task::spawn_blocking(move || {
             checkpoint(&db, db_file.as_deref())?;
-            wal::remove_before(&dir, u64::MAX).map_err(StoreError::from)
+            wal::remove_all(&dir).map_err(StoreError::from)
         })
         .await;
         match last {
@@ -1016,6 +1024,10 @@ impl WriteLoop {
         };
         let sent = written.and_then(|()| {
             let appended = Appended { file: self.wal.file(), seq: next.seq, answers, writes };
+            if let Some(answer) = &self.answer_now {
+                answer.answer(vec![appended]);
+                return Ok(());
+            }
             match &self.to_sync {
                 Some(to_sync) => to_sync.send(appended).map_err(|_| StoreError::WriterGone),
                 None => Err(StoreError::WriterGone),
@@ -1214,7 +1226,7 @@ struct SyncLoop {
 }
 
 impl SyncLoop {
-    fn run(self, mut rx: mpsc::UnboundedReceiver<Appended>) {
+    fn run(&self, mut rx: mpsc::UnboundedReceiver<Appended>) {
         while let Some(first) = rx.blocking_recv() {
             let mut batches = vec![first];
             while let Ok(more) = rx.try_recv() {
@@ -1225,22 +1237,7 @@ impl SyncLoop {
                 _ => self.sync(&batches),
             };
             match synced {
-                Ok(()) => {
-                    if let Some(last) = batches.last() {
-                        let _ = self.flushed.send(last.seq);
-                    }
-                    for Appended { answers, writes, .. } in batches {
-                        for (reply, committed) in answers {
-                            let _ = reply.send(Ok(committed));
-                        }
-                        for write in writes {
-                            if let Some(approval) = write.approval {
-                                let _ = self.approval_events.send(ApprovalEvent { approval });
-                            }
-                            let _ = self.appended.send(write.record);
-                        }
-                    }
-                }
+                Ok(()) => self.answer(batches),
                 Err(why) => {
                     tracing::error!(error = %why, "audit batch not synced; the requests in it are answered with an error");
                     for Appended { answers, .. } in batches {
@@ -1249,6 +1246,25 @@ impl SyncLoop {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Publishes durable batches: the flushed watermark, each answer, and
+    /// the records and approval changes to their followers.
+    fn answer(&self, batches: Vec<Appended>) {
+        if let Some(last) = batches.last() {
+            let _ = self.flushed.send(last.seq);
+        }
+        for Appended { answers, writes, .. } in batches {
+            for (reply, committed) in answers {
+                let _ = reply.send(Ok(committed));
+            }
+            for write in writes {
+                if let Some(approval) = write.approval {
+                    let _ = self.approval_events.send(ApprovalEvent { approval });
+                }
+                let _ = self.appended.send(write.record);
             }
         }
     }
@@ -1546,11 +1562,10 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn concurrent_commits_form_one_gapless_chain_that_survives_reopen() {
+    async fn gapless_chain_that_survives_reopen(durability: Durability) {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (store, closer) = Store::open(dir.path()).unwrap();
+            let (store, closer) = Store::open_with(dir.path(), durability).unwrap();
             let mut tasks = Vec::new();
             for n in 0..200 {
                 let store = store.clone();
@@ -1584,7 +1599,7 @@ mod tests {
             drop(store);
             closer.close().await.unwrap();
         }
-        let (store, closer) = Store::open(dir.path()).unwrap();
+        let (store, closer) = Store::open_with(dir.path(), durability).unwrap();
         let report = store.verify();
         assert!(report.ok(), "{report:?}");
         assert_eq!(report.records, 200);
@@ -1592,6 +1607,18 @@ mod tests {
         assert_eq!(seq, 201);
         drop(store);
         closer.close().await.unwrap();
+        let wal = std::fs::read_dir(dir.path().join("wal")).unwrap().count();
+        assert_eq!(wal, 0, "a clean close empties the write-ahead log");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_commits_form_one_gapless_chain_that_survives_reopen() {
+        gapless_chain_that_survives_reopen(Durability::Fsync).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_same_with_flush_durability() {
+        gapless_chain_that_survives_reopen(Durability::Flush).await;
     }
 
     #[tokio::test]

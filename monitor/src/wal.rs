@@ -273,6 +273,17 @@ pub(crate) fn recover(dir: &Path) -> Result<Vec<Vec<Op>>, WalError> {
     Ok(batches)
 }
 
+/// Deletes every segment under `dir`, and a prepared one.
+pub(crate) fn remove_all(dir: &Path) -> Result<(), WalError> {
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let path = entry.map_err(io_error(dir))?.path();
+        if path.extension().is_some_and(|e| e == "log" || e == "next") {
+            fs::remove_file(&path).map_err(io_error(&path))?;
+        }
+    }
+    Ok(())
+}
+
 /// Deletes every segment under `dir` numbered below `keep_from`.
 pub(crate) fn remove_before(dir: &Path, keep_from: u64) -> Result<(), WalError> {
     for (number, path) in segments(dir)? {
