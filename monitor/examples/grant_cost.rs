@@ -1,6 +1,6 @@
 //! Prints the decision cost with 0, 1,000 and 10,000 active grants spread
-//! over 1,000 users: grants are indexed by user, so a request evaluates only
-//! its own user's grants.
+//! over 1,000 users: grants are indexed by user and resource scope, so a
+//! request evaluates only those of its own user's grants that can match it.
 //!
 //! `cargo run --release -p warden-monitor --example grant_cost [-- ITERATIONS]`
 
