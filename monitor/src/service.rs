@@ -408,8 +408,11 @@ impl Monitor {
         // decision relied on is gone: decide afresh.
         let actor = &input.actor;
         let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
-        let earlier =
-            if input.request_id.is_empty() { None } else { self.store.remembered(&caller.name, &input.request_id)? };
+        let earlier = if input.request_id.is_empty() {
+            None
+        } else {
+            self.store.remembered(&caller.name, &input.request_id, unix_ns(now))?
+        };
         if let Some(earlier) = earlier {
             replay &= self.grants_active(&earlier.decision.grant_ids, unix_ns(now));
             if replay && earlier.replayable(unix_ns(now), &self.snapshot().version) {
@@ -821,6 +824,11 @@ impl Monitor {
                 () = shutdown.stopped() => return,
             }
             let now = unix_ns(self.now());
+            match self.store.prune_requests(now).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "idempotency records older than the replay window removed"),
+                Err(e) => tracing::error!(error = %e, "cannot prune idempotency records"),
+            }
             let expired_grants: Vec<Grant> =
                 read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
             for grant in expired_grants {

@@ -31,6 +31,18 @@ use crate::wal::{self, Op, Wal, WalError};
 /// old ALLOW alive by reusing its id.
 pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 
+/// Idempotency records rotate through three trees, one replay window each:
+/// a decision goes to the slot of its window; a lookup reads the current
+/// and the previous slot (a record is replayable for one window); and once
+/// a window starts, the slot after it, which holds records at least a
+/// window older than anything replayable, is emptied in the background.
+/// So the records take bounded room instead of growing for ever.
+pub const REQUEST_SLOTS: i64 = 3;
+
+fn request_slot(unix_ns: i64) -> usize {
+    usize::try_from(unix_ns.div_euclid(REPLAY_WINDOW_NS).rem_euclid(REQUEST_SLOTS)).unwrap_or(0)
+}
+
 /// sled's page cache, in bytes.
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// Most commits taken into one batch.
@@ -469,6 +481,8 @@ impl Head {
 pub struct Store {
     db: sled::Db,
     trees: Trees,
+    /// The replay window whose pruning was last done (see [`REQUEST_SLOTS`]).
+    pruned_window: Arc<std::sync::atomic::AtomicI64>,
     flushed: watch::Receiver<u64>,
     writer: mpsc::Sender<Job>,
     appended: broadcast::Sender<AuditRecord>,
@@ -478,7 +492,8 @@ pub struct Store {
 #[derive(Clone)]
 struct Trees {
     audit: sled::Tree,
-    requests: sled::Tree,
+    /// The idempotency slots, see [`REQUEST_SLOTS`].
+    requests: [sled::Tree; 3],
     approvals: sled::Tree,
     pending: sled::Tree,
     pending_sessions: sled::Tree,
@@ -497,13 +512,27 @@ mod tree_no {
     pub const GRANTS: u8 = 5;
     pub const LOCKS: u8 = 6;
     pub const SESSIONS: u8 = 7;
+    pub const REQUESTS_1: u8 = 8;
+    pub const REQUESTS_2: u8 = 9;
+    /// The tree number of idempotency slot `slot`.
+    pub fn requests(slot: usize) -> u8 {
+        match slot {
+            1 => REQUESTS_1,
+            2 => REQUESTS_2,
+            _ => REQUESTS,
+        }
+    }
 }
 
 impl Trees {
     fn open(db: &sled::Db) -> Result<Self, StoreError> {
         Ok(Self {
             audit: db.open_tree(trees::AUDIT)?,
-            requests: db.open_tree(trees::REQUESTS)?,
+            requests: [
+                db.open_tree(trees::REQUESTS)?,
+                db.open_tree(trees::REQUESTS_1)?,
+                db.open_tree(trees::REQUESTS_2)?,
+            ],
             approvals: db.open_tree(trees::APPROVALS)?,
             pending: db.open_tree(trees::PENDING)?,
             pending_sessions: db.open_tree(trees::PENDING_SESSIONS)?,
@@ -513,10 +542,25 @@ impl Trees {
         })
     }
 
+    /// The idempotency record of `key` that can still be replayable at
+    /// `now_unix_ns`: the current slot's, else the previous one's.
+    fn remembered(&self, key: &[u8], now_unix_ns: i64) -> Result<Option<Remembered>, StoreError> {
+        for at in [now_unix_ns, now_unix_ns.saturating_sub(REPLAY_WINDOW_NS)] {
+            if let Some(tree) = self.requests.get(request_slot(at))
+                && let Some(value) = tree.get(key)?
+            {
+                return decode(trees::REQUESTS, key, &value).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     fn by_no(&self, no: u8) -> Option<&sled::Tree> {
         Some(match no {
             tree_no::AUDIT => &self.audit,
-            tree_no::REQUESTS => &self.requests,
+            tree_no::REQUESTS => &self.requests[0],
+            tree_no::REQUESTS_1 => &self.requests[1],
+            tree_no::REQUESTS_2 => &self.requests[2],
             tree_no::APPROVALS => &self.approvals,
             tree_no::PENDING => &self.pending,
             tree_no::PENDING_SESSIONS => &self.pending_sessions,
@@ -569,8 +613,14 @@ impl StoreCloser {
 pub mod trees {
     /// seq (u64 big-endian) -> [`super::AuditRecord`] JSON.
     pub const AUDIT: &str = "audit";
-    /// harness NUL request id -> [`super::Remembered`] JSON.
+    /// harness NUL request id -> [`super::Remembered`] JSON, for the
+    /// decisions of one replay window in three (see [`super::REQUEST_SLOTS`]);
+    /// `requests.1` and `requests.2` hold the other two.
     pub const REQUESTS: &str = "requests";
+    /// The second idempotency slot.
+    pub const REQUESTS_1: &str = "requests.1";
+    /// The third idempotency slot.
+    pub const REQUESTS_2: &str = "requests.2";
     /// approval id -> [`super::ApprovalRecord`] JSON.
     pub const APPROVALS: &str = "approvals";
     /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
@@ -655,7 +705,15 @@ impl Store {
             }
             .run(rx, closing, head),
         );
-        let store = Self { db, trees, flushed, writer, appended, approval_events };
+        let store = Self {
+            db,
+            trees,
+            pruned_window: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+            flushed,
+            writer,
+            appended,
+            approval_events,
+        };
         Ok((store, StoreCloser { close, task }))
     }
 
@@ -675,10 +733,37 @@ impl Store {
         flushed.wait_for(|durable| *durable >= seq).await.map(|_| ()).map_err(|_| StoreError::WriterGone)
     }
 
-    /// The decision remembered for `(harness, request_id)`.
-    pub fn remembered(&self, harness: &str, request_id: &str) -> Result<Option<Remembered>, StoreError> {
-        let key = request_key(harness, request_id);
-        self.trees.requests.get(&key)?.map(|value| decode(trees::REQUESTS, &key, &value)).transpose()
+    /// The decision remembered for `(harness, request_id)` that can still
+    /// be replayable at `now_unix_ns` (older ones may be gone).
+    pub fn remembered(
+        &self,
+        harness: &str,
+        request_id: &str,
+        now_unix_ns: i64,
+    ) -> Result<Option<Remembered>, StoreError> {
+        self.trees.remembered(&request_key(harness, request_id), now_unix_ns)
+    }
+
+    /// Empties the idempotency slot that the next replay window will use
+    /// (records at least a window older than any replayable one), once per
+    /// window; the monitor's sweeper calls it. Returns how many records
+    /// were removed.
+    pub async fn prune_requests(&self, now_unix_ns: i64) -> Result<usize, StoreError> {
+        let window = now_unix_ns.div_euclid(REPLAY_WINDOW_NS);
+        if self.pruned_window.swap(window, std::sync::atomic::Ordering::Relaxed) == window {
+            return Ok(0);
+        }
+        let Some(tree) = self.trees.requests.get(request_slot(now_unix_ns.saturating_add(REPLAY_WINDOW_NS))).cloned()
+        else {
+            return Ok(0);
+        };
+        tokio::task::spawn_blocking(move || {
+            let count = tree.len();
+            tree.clear().map(|()| count)
+        })
+        .await
+        .map_err(|e| StoreError::BatchFailed(format!("pruning idempotency records failed: {e}")))?
+        .map_err(StoreError::from)
     }
 
     /// A stored approval.
@@ -1112,12 +1197,7 @@ impl WriteLoop {
                 let key = request_key(harness, request_id);
                 let earlier = match overlay.requests.get(&key) {
                     Some(found) => Some(found.clone()),
-                    None => self
-                        .trees
-                        .requests
-                        .get(&key)?
-                        .map(|v| decode::<Remembered>(trees::REQUESTS, &key, &v))
-                        .transpose()?,
+                    None => self.trees.remembered(&key, *now_unix_ns)?,
                 };
                 if let Some(earlier) = earlier
                     && *replay
@@ -1299,7 +1379,7 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
     for write in writes {
         ops.push(put(tree_no::AUDIT, &write.record.seq.to_be_bytes(), encode(&write.record)?));
         if let Some((key, remembered)) = &write.remembered {
-            ops.push(put(tree_no::REQUESTS, key, encode(remembered)?));
+            ops.push(put(tree_no::requests(request_slot(remembered.decided_unix_ns)), key, encode(remembered)?));
         }
         if let Some(approval) = &write.approval {
             ops.push(put(tree_no::APPROVALS, approval.approval_id.as_bytes(), encode(approval)?));
@@ -1619,6 +1699,38 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_same_with_flush_durability() {
         gapless_chain_that_survives_reopen(Durability::Flush).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idempotency_records_outlive_their_window_then_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, closer) = Store::open(dir.path()).unwrap();
+        let at = |n: i64| 1_800_000_000_000_000_000 + n * REPLAY_WINDOW_NS / 2;
+        let mut commit = entry(1);
+        if let Guard::NewRequest { now_unix_ns, .. } = &mut commit.guard {
+            *now_unix_ns = at(0);
+        }
+        store.commit(commit).await.unwrap();
+        // Found in its own window and the next (where it is replayable for
+        // what is left of its ten minutes).
+        assert!(store.remembered("h", "r1", at(0)).unwrap().is_some());
+        assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
+        // Pruning in the next window leaves it; once per window.
+        assert_eq!(store.prune_requests(at(2)).await.unwrap(), 0);
+        assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
+        // Two windows on, its slot is the one emptied for the next window.
+        assert_eq!(store.prune_requests(at(4)).await.unwrap(), 1);
+        assert_eq!(store.prune_requests(at(4)).await.unwrap(), 0, "once per window");
+        assert!(store.remembered("h", "r1", at(2)).unwrap().is_none());
+        // Committed again under the same id in a later window: decided afresh.
+        let mut again = entry(1);
+        if let Guard::NewRequest { now_unix_ns, .. } = &mut again.guard {
+            *now_unix_ns = at(6);
+        }
+        assert!(matches!(store.commit(again).await.unwrap(), Committed::New { .. }));
+        assert!(store.remembered("h", "r1", at(6)).unwrap().is_some());
+        drop(store);
+        closer.close().await.unwrap();
     }
 
     #[tokio::test]
