@@ -238,13 +238,22 @@ impl CompiledGrant {
     }
 }
 
-/// One user's grants.
+/// One user's grants, by the entity their resource scope names.
 #[derive(Debug, Default)]
 pub struct UserGrants {
     grants: Vec<Arc<CompiledGrant>>,
+    by_scope: HashMap<EntityUid, Vec<Arc<CompiledGrant>>>,
 }
 
 impl UserGrants {
+    fn new(grants: Vec<Arc<CompiledGrant>>) -> Self {
+        let mut by_scope: HashMap<EntityUid, Vec<Arc<CompiledGrant>>> = HashMap::new();
+        for grant in &grants {
+            by_scope.entry(grant.scope.clone()).or_default().push(Arc::clone(grant));
+        }
+        Self { grants, by_scope }
+    }
+
     /// Every grant's policy.
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.grants.iter().map(|g| &g.policy)
@@ -261,6 +270,8 @@ impl UserGrants {
 
     /// The policies of the grants that can match a request of `session` on
     /// `resource` (whose ancestors are given); Cedar evaluates only these.
+    /// A few map lookups (the resource and its ancestors), whatever the
+    /// number of grants.
     pub(crate) fn candidates(
         &self,
         session: &str,
@@ -268,9 +279,13 @@ impl UserGrants {
         resource_ancestors: &HashSet<EntityUid>,
     ) -> PolicySet {
         let mut set = PolicySet::new();
-        for grant in self.grants.iter().filter(|g| g.may_match(session, resource, resource_ancestors)) {
-            // Grant ids are unique, so adding cannot clash.
-            let _ = set.add(grant.policy.clone());
+        for uid in std::iter::once(resource).chain(resource_ancestors) {
+            for grant in self.by_scope.get(uid).into_iter().flatten() {
+                if grant.may_match(session, resource, resource_ancestors) {
+                    // Grant ids are unique, so adding cannot clash.
+                    let _ = set.add(grant.policy.clone());
+                }
+            }
         }
         set
     }
@@ -332,7 +347,7 @@ impl GrantBook {
         match self.by_user.get(user) {
             Some(grants) if !grants.is_empty() => {
                 let grants = grants.values().map(|(_, compiled)| Arc::clone(compiled)).collect();
-                self.index.insert(user.to_owned(), Arc::new(UserGrants { grants }));
+                self.index.insert(user.to_owned(), Arc::new(UserGrants::new(grants)));
             }
             _ => {
                 self.by_user.remove(user);

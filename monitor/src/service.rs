@@ -824,11 +824,16 @@ impl Monitor {
                 () = shutdown.stopped() => return,
             }
             let now = unix_ns(self.now());
-            match self.store.prune_requests(now).await {
-                Ok(0) => {}
-                Ok(pruned) => tracing::info!(pruned, "idempotency records older than the replay window removed"),
-                Err(e) => tracing::error!(error = %e, "cannot prune idempotency records"),
-            }
+            // On a task of its own: emptying a slot may take a while, and
+            // approvals must still expire on time meanwhile.
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                match store.prune_requests(now).await {
+                    Ok(0) => {}
+                    Ok(pruned) => tracing::info!(pruned, "idempotency records older than the replay window removed"),
+                    Err(e) => tracing::error!(error = %e, "cannot prune idempotency records"),
+                }
+            });
             let expired_grants: Vec<Grant> =
                 read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
             for grant in expired_grants {
@@ -1220,7 +1225,9 @@ impl Monitor {
                 () = tokio::time::sleep(checkpoints.every) => false,
                 () = shutdown.stopped() => true,
             };
-            let head = match self.store.last_seq().and_then(|seq| Ok((seq, self.store.hash_at(seq)?))) {
+            // The newest durable record, not merely the newest written.
+            let durable = self.store.durable_seq();
+            let head = match self.store.hash_at(durable).map(|hash| (durable, hash)) {
                 Ok((seq, Some(hash))) => crate::store::Head { seq, hash },
                 Ok(_) => {
                     if stopping {

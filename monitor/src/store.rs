@@ -39,6 +39,10 @@ pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 /// So the records take bounded room instead of growing for ever.
 pub const REQUEST_SLOTS: i64 = 3;
 
+/// How far apart two requests' clock reads may be from the order in which
+/// the writer sees them.
+const CLOCK_SKEW_NS: i64 = 60 * 1_000_000_000;
+
 fn request_slot(unix_ns: i64) -> usize {
     usize::try_from(unix_ns.div_euclid(REPLAY_WINDOW_NS).rem_euclid(REQUEST_SLOTS)).unwrap_or(0)
 }
@@ -483,6 +487,8 @@ pub struct Store {
     trees: Trees,
     /// The replay window whose pruning was last done (see [`REQUEST_SLOTS`]).
     pruned_window: Arc<std::sync::atomic::AtomicI64>,
+    /// Whether a pruning is under way.
+    pruning: Arc<std::sync::atomic::AtomicBool>,
     flushed: watch::Receiver<u64>,
     writer: mpsc::Sender<Job>,
     appended: broadcast::Sender<AuditRecord>,
@@ -542,17 +548,31 @@ impl Trees {
         })
     }
 
-    /// The idempotency record of `key` that can still be replayable at
-    /// `now_unix_ns`: the current slot's, else the previous one's.
-    fn remembered(&self, key: &[u8], now_unix_ns: i64) -> Result<Option<Remembered>, StoreError> {
-        for at in [now_unix_ns, now_unix_ns.saturating_sub(REPLAY_WINDOW_NS)] {
-            if let Some(tree) = self.requests.get(request_slot(at))
+    /// The newest idempotency record of `key` that can still be replayable
+    /// at `now_unix_ns`: from the current and the previous slot, and with
+    /// `ahead`, also the next one (a request whose clock read came just
+    /// before a window's end may be written after one whose read came just
+    /// after it). A slot may still hold records older than its window (not
+    /// yet pruned): the newest wins, and `replayable` checks the time.
+    fn remembered(&self, key: &[u8], now_unix_ns: i64, ahead: bool) -> Result<Option<Remembered>, StoreError> {
+        let mut slots = vec![request_slot(now_unix_ns), request_slot(now_unix_ns.saturating_sub(REPLAY_WINDOW_NS))];
+        if ahead {
+            slots.push(request_slot(now_unix_ns.saturating_add(CLOCK_SKEW_NS)));
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        let mut newest: Option<Remembered> = None;
+        for slot in slots {
+            if let Some(tree) = self.requests.get(slot)
                 && let Some(value) = tree.get(key)?
             {
-                return decode(trees::REQUESTS, key, &value).map(Some);
+                let found: Remembered = decode(trees::requests(slot), key, &value)?;
+                if newest.as_ref().is_none_or(|n| found.decided_unix_ns > n.decided_unix_ns) {
+                    newest = Some(found);
+                }
             }
         }
-        Ok(None)
+        Ok(newest)
     }
 
     fn by_no(&self, no: u8) -> Option<&sled::Tree> {
@@ -575,8 +595,11 @@ impl Trees {
     ///
     /// Plain inserts, not a sled transaction or batch: in sled 0.34 either
     /// writes out sled's current log buffer on every call, which cost more
-    /// than the whole decision. Atomicity comes from the write-ahead log,
-    /// whose frame holds the whole batch and is applied again on open.
+    /// than the whole decision. After a killed process, atomicity comes from
+    /// the write-ahead log, whose frame holds the whole batch and is applied
+    /// again on open. After a power loss, sled may also hold a prefix of a
+    /// batch whose frame was not yet synced (sled writes its buffers on its
+    /// own): never acknowledged, its audit records first (applied first).
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         for op in ops {
             let tree = self.by_no(op.tree).ok_or_else(|| StoreError::Corrupt {
@@ -621,6 +644,15 @@ pub mod trees {
     pub const REQUESTS_1: &str = "requests.1";
     /// The third idempotency slot.
     pub const REQUESTS_2: &str = "requests.2";
+
+    /// The name of idempotency slot `slot`.
+    pub(crate) fn requests(slot: usize) -> &'static str {
+        match slot {
+            1 => REQUESTS_1,
+            2 => REQUESTS_2,
+            _ => REQUESTS,
+        }
+    }
     /// approval id -> [`super::ApprovalRecord`] JSON.
     pub const APPROVALS: &str = "approvals";
     /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
@@ -709,6 +741,7 @@ impl Store {
             db,
             trees,
             pruned_window: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+            pruning: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             flushed,
             writer,
             appended,
@@ -734,36 +767,46 @@ impl Store {
     }
 
     /// The decision remembered for `(harness, request_id)` that can still
-    /// be replayable at `now_unix_ns` (older ones may be gone).
+    /// be replayable at `now_unix_ns` (older ones may be gone). The writer
+    /// checks again, authoritatively, when it appends.
     pub fn remembered(
         &self,
         harness: &str,
         request_id: &str,
         now_unix_ns: i64,
     ) -> Result<Option<Remembered>, StoreError> {
-        self.trees.remembered(&request_key(harness, request_id), now_unix_ns)
+        self.trees.remembered(&request_key(harness, request_id), now_unix_ns, false)
     }
 
     /// Empties the idempotency slot that the next replay window will use
     /// (records at least a window older than any replayable one), once per
-    /// window; the monitor's sweeper calls it. Returns how many records
-    /// were removed.
+    /// window and only in the first half of a window, so that it is done
+    /// before the slot is written again. The monitor's sweeper calls it on
+    /// a task of its own. Returns how many records were removed.
     pub async fn prune_requests(&self, now_unix_ns: i64) -> Result<usize, StoreError> {
+        use std::sync::atomic::Ordering;
         let window = now_unix_ns.div_euclid(REPLAY_WINDOW_NS);
-        if self.pruned_window.swap(window, std::sync::atomic::Ordering::Relaxed) == window {
+        let early = now_unix_ns.rem_euclid(REPLAY_WINDOW_NS) < REPLAY_WINDOW_NS / 2;
+        if !early || self.pruned_window.load(Ordering::Relaxed) == window || self.pruning.swap(true, Ordering::AcqRel) {
             return Ok(0);
         }
-        let Some(tree) = self.trees.requests.get(request_slot(now_unix_ns.saturating_add(REPLAY_WINDOW_NS))).cloned()
-        else {
-            return Ok(0);
+        let target = self.trees.requests.get(request_slot(now_unix_ns.saturating_add(REPLAY_WINDOW_NS))).cloned();
+        let cleared = match target {
+            Some(tree) => tokio::task::spawn_blocking(move || {
+                let count = tree.len();
+                tree.clear().map(|()| count)
+            })
+            .await
+            .map_err(|e| StoreError::BatchFailed(format!("pruning idempotency records failed: {e}")))
+            .and_then(|cleared| cleared.map_err(StoreError::from)),
+            None => Ok(0),
         };
-        tokio::task::spawn_blocking(move || {
-            let count = tree.len();
-            tree.clear().map(|()| count)
-        })
-        .await
-        .map_err(|e| StoreError::BatchFailed(format!("pruning idempotency records failed: {e}")))?
-        .map_err(StoreError::from)
+        if cleared.is_ok() {
+            // Only once done: a failed clear is tried again.
+            self.pruned_window.store(window, Ordering::Relaxed);
+        }
+        self.pruning.store(false, Ordering::Release);
+        cleared
     }
 
     /// A stored approval.
@@ -887,9 +930,19 @@ impl Store {
         self.approval_events.subscribe()
     }
 
-    /// Walks the whole chain.
+    /// The newest record that is durable: what the trees hold beyond it
+    /// is written but not yet synced.
+    pub fn durable_seq(&self) -> u64 {
+        *self.flushed.borrow()
+    }
+
+    /// Walks the chain up to the newest durable record (a signed head must
+    /// not name a record a power loss could still take back).
     pub fn verify(&self) -> VerifyReport {
-        verify_chain(self.trees.audit.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))))
+        let durable = self.durable_seq();
+        verify_chain(
+            self.trees.audit.range(..=durable.to_be_bytes()).map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+        )
     }
 
     /// Whether the underlying database is the same (for tests of wiring).
@@ -1197,7 +1250,7 @@ impl WriteLoop {
                 let key = request_key(harness, request_id);
                 let earlier = match overlay.requests.get(&key) {
                     Some(found) => Some(found.clone()),
-                    None => self.trees.remembered(&key, *now_unix_ns)?,
+                    None => self.trees.remembered(&key, *now_unix_ns, true)?,
                 };
                 if let Some(earlier) = earlier
                     && *replay
@@ -1715,6 +1768,9 @@ mod tests {
         // what is left of its ten minutes).
         assert!(store.remembered("h", "r1", at(0)).unwrap().is_some());
         assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
+        // Late in a window nothing is pruned (it might not finish in time).
+        assert_eq!(store.prune_requests(at(5)).await.unwrap(), 0);
+        assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
         // Pruning in the next window leaves it; once per window.
         assert_eq!(store.prune_requests(at(2)).await.unwrap(), 0);
         assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
@@ -1729,6 +1785,20 @@ mod tests {
         }
         assert!(matches!(store.commit(again).await.unwrap(), Committed::New { .. }));
         assert!(store.remembered("h", "r1", at(6)).unwrap().is_some());
+
+        // A slot not yet pruned holds an old record of an id decided again
+        // since: the newest wins, wherever it is.
+        let commit_at = |n: i64| {
+            let mut commit = entry(3);
+            if let Guard::NewRequest { now_unix_ns, .. } = &mut commit.guard {
+                *now_unix_ns = at(n);
+            }
+            commit
+        };
+        store.commit(commit_at(8)).await.unwrap();
+        store.commit(commit_at(12)).await.unwrap();
+        let found = store.remembered("h", "r3", at(14)).unwrap().unwrap();
+        assert_eq!(found.decided_unix_ns, at(12));
         drop(store);
         closer.close().await.unwrap();
     }

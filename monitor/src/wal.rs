@@ -273,18 +273,23 @@ pub(crate) fn recover(dir: &Path) -> Result<Vec<Vec<Op>>, WalError> {
     Ok(batches)
 }
 
-/// Deletes every segment under `dir`, and a prepared one.
+/// Deletes every segment under `dir`, oldest first, and a prepared one. A
+/// crash halfway leaves the newest segments, whose replay on top of the
+/// state that made them redundant changes nothing; leaving an older one
+/// alone would set keys back to older values.
 pub(crate) fn remove_all(dir: &Path) -> Result<(), WalError> {
+    remove_before(dir, u64::MAX)?;
     for entry in fs::read_dir(dir).map_err(io_error(dir))? {
         let path = entry.map_err(io_error(dir))?.path();
-        if path.extension().is_some_and(|e| e == "log" || e == "next") {
+        if path.extension().is_some_and(|e| e == "next") {
             fs::remove_file(&path).map_err(io_error(&path))?;
         }
     }
     Ok(())
 }
 
-/// Deletes every segment under `dir` numbered below `keep_from`.
+/// Deletes every segment under `dir` numbered below `keep_from`, oldest
+/// first (see [`remove_all`]).
 pub(crate) fn remove_before(dir: &Path, keep_from: u64) -> Result<(), WalError> {
     for (number, path) in segments(dir)? {
         if number < keep_from {
