@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
-use warden_monitor::decision::{DecisionConfig, SessionFacts, decide};
+use warden_monitor::decision::{DecisionConfig, SessionFacts, cedar_inputs, decide};
 use warden_monitor::normalize::{Actor as InputActor, RequestInput, ResourceInput, normalize};
 use warden_monitor::policy::PolicySnapshot;
 use warden_sdk::{ActionRequest, Actor, Client, Outcome};
@@ -324,6 +324,10 @@ impl Tally {
 struct InProcess {
     indexed_p50: Duration,
     unindexed_p50: Duration,
+    /// Bare `Authorizer::is_authorized` over the whole policy set, its
+    /// request and entities built beforehand: the floor a service cannot
+    /// beat without indexing.
+    cedar_p50: Duration,
     /// Decisions that differ from the mix's expectation.
     unexpected: u64,
 }
@@ -573,12 +577,41 @@ fn in_process_p50(snapshot: &PolicySnapshot, slots: usize, config: &DecisionConf
     Ok((percentile(&samples, 0.5), unexpected))
 }
 
+/// p50 of bare Cedar `is_authorized` over the whole set, on the mix's
+/// requests with their Cedar inputs built beforehand (as `decide` builds
+/// them).
+fn cedar_p50(snapshot: &PolicySnapshot, slots: usize) -> Result<Duration> {
+    let facts = SessionFacts { harness: "bench".into(), ..SessionFacts::default() };
+    let now = time::OffsetDateTime::now_utc();
+    let mut inputs = Vec::new();
+    for i in 0..256 {
+        let request = normalize(&spec(slots, 0, i).input()).map_err(|e| anyhow!("normalize: {e:?}"))?;
+        inputs.push(cedar_inputs(snapshot, &request, &facts, now).map_err(|e| anyhow!("cedar inputs: {e}"))?);
+    }
+    let authorizer = cedar_policy::Authorizer::new();
+    let mut samples = Vec::new();
+    let began = Instant::now();
+    'outer: loop {
+        for (request, entities, policies) in &inputs {
+            let start = Instant::now();
+            std::hint::black_box(authorizer.is_authorized(request, policies, entities));
+            samples.push(start.elapsed());
+            if began.elapsed() > IN_PROCESS_BUDGET || samples.len() >= 20_000 {
+                break 'outer;
+            }
+        }
+    }
+    samples.sort_unstable();
+    Ok(percentile(&samples, 0.5))
+}
+
 fn in_process(dir: &Path, slots: usize) -> Result<InProcess> {
     let snapshot = PolicySnapshot::load(dir).map_err(|e| anyhow!("load the generated policies in-process: {e:?}"))?;
     let (indexed_p50, unexpected) = in_process_p50(&snapshot, slots, &DecisionConfig::default())?;
     let (unindexed_p50, _) =
         in_process_p50(&snapshot, slots, &DecisionConfig { use_index: false, ..DecisionConfig::default() })?;
-    Ok(InProcess { indexed_p50, unindexed_p50, unexpected })
+    let cedar_p50 = cedar_p50(&snapshot, slots)?;
+    Ok(InProcess { indexed_p50, unindexed_p50, cedar_p50, unexpected })
 }
 
 // ---------------------------------------------------------------------------
@@ -624,12 +657,14 @@ impl Row {
             "in_process_unindexed_p50_us": self.in_process.map(|p| micros(p.unindexed_p50)),
             "grpc_p50_over_indexed_p50": self.in_process.map(|p| p50 / micros(p.indexed_p50).max(1e-3)),
             "grpc_p50_over_unindexed_p50": self.in_process.map(|p| p50 / micros(p.unindexed_p50).max(1e-3)),
+            "in_process_cedar_p50_us": self.in_process.map(|p| micros(p.cedar_p50)),
+            "grpc_p50_over_cedar_p50": self.in_process.map(|p| p50 / micros(p.cedar_p50).max(1e-3)),
         })
     }
 
     fn header() -> String {
         format!(
-            "{:>8} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>8}",
+            "{:>8} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>10}",
             "policies",
             "conc",
             "dec/s",
@@ -645,23 +680,27 @@ impl Row {
             "errors",
             "inproc",
             "unindexed",
-            "grpc/inp"
+            "cedar",
+            "grpc/inp",
+            "grpc/cedar"
         )
     }
 
     fn table(&self) -> String {
         let l = &self.tally.latencies;
         let p50 = micros(percentile(l, 0.5));
-        let (indexed, unindexed, ratio) = match self.in_process {
+        let (indexed, unindexed, cedar, ratio, cedar_ratio) = match self.in_process {
             Some(p) => (
                 human(micros(p.indexed_p50)),
                 human(micros(p.unindexed_p50)),
+                human(micros(p.cedar_p50)),
                 format!("{:.1}x", p50 / micros(p.indexed_p50).max(1e-3)),
+                format!("{:.2}x", p50 / micros(p.cedar_p50).max(1e-3)),
             ),
-            None => ("-".into(), "-".into(), "-".into()),
+            None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
         };
         format!(
-            "{:>8} {:>5} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>8}",
+            "{:>8} {:>5} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>10}",
             self.policies.map_or_else(|| "target".to_owned(), |n| n.to_string()),
             self.concurrency,
             l.len() as f64 / self.seconds,
@@ -677,7 +716,9 @@ impl Row {
             self.tally.errors,
             indexed,
             unindexed,
-            ratio
+            cedar,
+            ratio,
+            cedar_ratio
         )
     }
 }
@@ -793,7 +834,8 @@ async fn main() -> Result<()> {
             "wardend {} ({} durability); {}s per run; mix 4/8 ALLOW, 2/8 DENY, 2/8 PENDING; cpu/dec from /proc (CLK_TCK {ticks}); \
              rss = wardend's resident size after the run; \
              inproc = normalize + decide in this process (indexed), unindexed = every policy evaluated; \
-             grpc/inp = gRPC p50 / inproc p50",
+             cedar = bare Cedar is_authorized over every policy, request and entities built beforehand; \
+             grpc/inp = gRPC p50 / inproc p50, grpc/cedar = gRPC p50 / cedar p50",
             binary.display(),
             args.durability,
             args.duration

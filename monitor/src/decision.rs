@@ -628,6 +628,28 @@ fn uid(type_name: &EntityTypeName, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(type_name.clone(), EntityId::new(id))
 }
 
+/// What Cedar is given for a request's first evaluation (`context.approved
+/// = false`): its request, its entities, and the whole policy set, as
+/// `decide` builds them. For measuring bare `Authorizer::is_authorized` on
+/// the same policies and requests (`warden-bench`); a request that is
+/// denied before Cedar runs (unknown user) is an error here.
+pub fn cedar_inputs(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+    now: OffsetDateTime,
+) -> Result<(Request, Entities, Arc<cedar_policy::PolicySet>), String> {
+    let evaluator = match Evaluator::new(snapshot, request, facts, now, false) {
+        Ok(Ok(evaluator)) => evaluator,
+        Ok(Err(denial)) => return Err(denial.reasons.join("; ")),
+        Err(e) => return Err(e.to_string()),
+    };
+    let cedar_request = evaluator.request(false).map_err(|e| match e {
+        RequestError::Context(message) | RequestError::Schema(message) => message,
+    })?;
+    Ok((cedar_request, evaluator.entities.clone(), Arc::clone(&snapshot.policies)))
+}
+
 /// Most (user, agent) pairs whose entities a snapshot keeps built.
 const PRINCIPAL_CACHE: usize = 4096;
 
