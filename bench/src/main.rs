@@ -70,6 +70,10 @@ struct Args {
     /// loss) or `flush` (survives a killed process; no fdatasync)
     #[arg(long, value_name = "MODE", default_value = "fsync", value_parser = ["fsync", "flush"])]
     durability: String,
+    /// How the load reaches the started monitor: `tcp` (loopback) or `unix`
+    /// (its Unix socket, `wardend --socket`)
+    #[arg(long, value_name = "HOW", default_value = "tcp", value_parser = ["tcp", "unix"])]
+    transport: String,
 
     /// Drive an already running wardend at this URL (e.g.
     /// http://127.0.0.1:50051) instead of starting one: no policy generation,
@@ -338,7 +342,10 @@ struct InProcess {
 struct Wardend {
     child: Child,
     pid: u32,
+    /// TCP, for the admin calls.
     endpoint: String,
+    /// Where the load goes: the TCP endpoint or `unix:PATH`.
+    load_endpoint: String,
     token: String,
     data: tempfile::TempDir,
 }
@@ -354,13 +361,18 @@ fn wardend_binary() -> Result<PathBuf> {
     Ok(path)
 }
 
-fn start_wardend(binary: &Path, policies: &Path, durability: &str) -> Result<Wardend> {
+fn start_wardend(binary: &Path, policies: &Path, durability: &str, unix: bool) -> Result<Wardend> {
     let data = tempfile::tempdir()?;
     let stderr_path = data.path().join("wardend.stderr");
     let stderr = std::fs::File::create(&stderr_path)?;
     let config = data.path().join("wardend.toml");
     std::fs::write(&config, format!("durability = \"{durability}\"\n"))?;
-    let mut child = Command::new(binary)
+    let socket = data.path().join("wardend.sock");
+    let mut command = Command::new(binary);
+    if unix {
+        command.arg("--socket").arg(&socket);
+    }
+    let mut child = command
         .args(["--listen", "127.0.0.1:0", "--policies"])
         .arg(policies)
         .arg("--data")
@@ -397,7 +409,8 @@ fn start_wardend(binary: &Path, policies: &Path, durability: &str) -> Result<War
         .context("read harness.token from wardend's data folder")?
         .trim()
         .to_owned();
-    Ok(Wardend { child, pid, endpoint, token, data })
+    let load_endpoint = if unix { format!("unix:{}", socket.display()) } else { endpoint.clone() };
+    Ok(Wardend { child, pid, endpoint, load_endpoint, token, data })
 }
 
 /// SIGTERM, then wait (SIGKILL after 10 s).
@@ -831,13 +844,14 @@ async fn main() -> Result<()> {
         let binary = wardend_binary()?;
         let ticks = ticks_per_second();
         printer.note(&format!(
-            "wardend {} ({} durability); {}s per run; mix 4/8 ALLOW, 2/8 DENY, 2/8 PENDING; cpu/dec from /proc (CLK_TCK {ticks}); \
+            "wardend {} ({} durability, load over {}); {}s per run; mix 4/8 ALLOW, 2/8 DENY, 2/8 PENDING; cpu/dec from /proc (CLK_TCK {ticks}); \
              rss = wardend's resident size after the run; \
              inproc = normalize + decide in this process (indexed), unindexed = every policy evaluated; \
              cedar = bare Cedar is_authorized over every policy, request and entities built beforehand; \
              grpc/inp = gRPC p50 / inproc p50, grpc/cedar = gRPC p50 / cedar p50",
             binary.display(),
             args.durability,
+            args.transport,
             args.duration
         ));
         for &count in &args.policies {
@@ -851,7 +865,7 @@ async fn main() -> Result<()> {
                     in_process.unexpected
                 );
             }
-            let wardend = start_wardend(&binary, dir.path(), &args.durability)?;
+            let wardend = start_wardend(&binary, dir.path(), &args.durability, args.transport == "unix")?;
             let started = resident_mib(wardend.pid);
             let result = async {
                 create_grants(&wardend, args.grants).await?;
@@ -861,7 +875,7 @@ async fn main() -> Result<()> {
                         args.grants
                     ));
                 }
-                let client = connect(&wardend.endpoint, &wardend.token).await?;
+                let client = connect(&wardend.load_endpoint, &wardend.token).await?;
                 warm_up(&client, slots).await?;
                 for (round, &concurrency) in args.concurrency.iter().enumerate() {
                     let cpu_before = cpu_ticks(wardend.pid);

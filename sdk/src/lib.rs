@@ -329,8 +329,26 @@ pub struct Client {
 
 impl Client {
     /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`) with a harness token.
+    ///
+    /// `unix:/path/to/wardend.sock` connects to the monitor's Unix socket
+    /// (`wardend --socket`), where it also checks the caller's uid.
     pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
         let endpoint = endpoint.into();
+        if let Some(path) = endpoint.strip_prefix("unix:") {
+            let path = std::path::PathBuf::from(path);
+            let channel = Endpoint::from_static("http://wardend.socket")
+                .connect_timeout(Duration::from_secs(5))
+                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(path).await?,
+                        ))
+                    }
+                }))
+                .await?;
+            return Ok(Self::with_channel(channel, BearerToken::new(token)?));
+        }
         let channel = Endpoint::from_shared(endpoint.clone())
             .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
             .connect_timeout(Duration::from_secs(5))

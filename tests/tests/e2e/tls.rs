@@ -176,3 +176,33 @@ async fn the_unix_socket_admits_only_the_listed_uids() {
         server.stop().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn the_sdk_decides_over_the_unix_socket() {
+    let data = tempfile::tempdir().unwrap();
+    let me = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(data.path()).unwrap());
+    let socket = data.path().join("wardend.sock");
+    let server = start(
+        ServerConfig {
+            socket: Some(warden_monitor::server::UnixSocket { path: socket.clone(), uids: vec![me] }),
+            ..ServerConfig::new(
+                crate::support::bundled_policies(),
+                data.path().to_owned(),
+                vec![CredentialConfig::for_token("local-harness", Role::Harness, "h", &["alice"])],
+            )
+        },
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = Client::connect(format!("unix:{}", socket.display()), "h").await.unwrap();
+    let actor = Actor::new("alice", "claude-code", "uds-1");
+    let allowed = client.authorize(&actor, ActionRequest::read_file("/home/alice/project/src/main.rs")).await.unwrap();
+    assert_eq!(allowed.outcome, Outcome::Allow, "{allowed:?}");
+    let denied = client.authorize(&actor, ActionRequest::read_file("/etc/shadow")).await.unwrap();
+    assert_eq!(denied.outcome, Outcome::Deny, "{denied:?}");
+    // The token still decides who may act for whom.
+    let status = client.authorize(&Actor::new("bob", "claude-code", "uds-2"), ActionRequest::read_file("/tmp/x")).await;
+    assert!(status.is_err(), "{status:?}");
+    server.stop().await.unwrap();
+}
