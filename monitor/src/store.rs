@@ -891,11 +891,16 @@ impl Store {
         Ok(out)
     }
 
-    /// Audit records from `from_seq` on, at most `limit`.
+    /// Durable audit records from `from_seq` on, at most `limit` (records
+    /// written but not yet synced are left for the next read).
     pub fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        let durable = self.durable_seq();
+        if from_seq > durable {
+            return Ok(Vec::new());
+        }
         self.trees
             .audit
-            .range(from_seq.to_be_bytes()..)
+            .range(from_seq.to_be_bytes()..=durable.to_be_bytes())
             .take(limit)
             .map(|item| {
                 let (key, value) = item?;
