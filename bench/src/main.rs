@@ -870,10 +870,13 @@ async fn main() -> Result<()> {
             let result = async {
                 create_grants(&wardend, args.grants).await?;
                 if let (Some((at_start, _)), Some((with_grants, _))) = (started, resident_mib(wardend.pid)) {
-                    printer.note(&format!(
-                        "{count} policies: wardend resident {at_start:.0} MiB after start, {with_grants:.0} MiB with {} grants",
-                        args.grants
-                    ));
+                    let grants = match args.grants {
+                        0 => String::new(),
+                        n => {
+                            format!(", {with_grants:.0} MiB with {n} grants (the in-process columns run without them)")
+                        }
+                    };
+                    printer.note(&format!("{count} policies: wardend resident {at_start:.0} MiB after start{grants}"));
                 }
                 let client = connect(&wardend.load_endpoint, &wardend.token).await?;
                 warm_up(&client, slots).await?;

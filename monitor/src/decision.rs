@@ -673,10 +673,11 @@ struct PrincipalSide {
 impl PrincipalCache {
     fn get(&self, snapshot: &PolicySnapshot, user: &str, agent: &str) -> Result<Arc<PrincipalSide>, String> {
         let key = (user.to_owned(), agent.to_owned());
-        let mut built = self.built.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(found) = built.get(&key) {
+        let lock = || self.built.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = lock().get(&key) {
             return Ok(Arc::clone(found));
         }
+        // Built without the lock held; two requests racing build it twice.
         let types = &snapshot.types;
         let mut out = HashMap::new();
         let mut parents = add_known(snapshot, uid(&types.user, user), &[], &mut out, None);
@@ -684,6 +685,7 @@ impl PrincipalCache {
         let entities = Entities::from_entities(out.into_values(), None)
             .map_err(|e| format!("cannot build the entities of user `{user}` and agent `{agent}`: {e}"))?;
         let side = Arc::new(PrincipalSide { entities, parents });
+        let mut built = lock();
         if built.len() >= PRINCIPAL_CACHE {
             built.clear();
         }
@@ -752,9 +754,10 @@ fn request_entities(
         ("owner".to_owned(), RestrictedExpression::new_entity_uid(uid(&types.user, &actor.user))),
     ]);
     let principal_ancestors: HashSet<EntityUid> = side.parents.iter().cloned().collect();
-    let session = Entity::new(uid(&types.session, &actor.session), session_attrs, principal_ancestors.clone())
+    let session_uid = uid(&types.session, &actor.session);
+    let session = Entity::new(session_uid.clone(), session_attrs, principal_ancestors.clone())
         .map_err(|e| format!("cannot build the session entity: {e}"))?;
-    out.insert(session.uid(), session);
+    out.insert(session_uid.clone(), session);
 
     let (resource_type, ancestor_type) = types.of(&request.resource);
     let (ancestor_ids, attrs) = resource_shape(&request.resource);
@@ -776,6 +779,9 @@ fn request_entities(
     let resource_ancestors: HashSet<EntityUid> = parents.iter().cloned().collect();
     let resource = Entity::new(resource_uid.clone(), attrs, parents.into_iter().collect())
         .map_err(|e| format!("cannot build the resource entity: {e}"))?;
+    // The session and the resource built here are what Cedar sees under
+    // their ids, whatever entities.json says.
+    let overlap = side.entities.get(&resource_uid).is_some() || side.entities.get(&session_uid).is_some();
     out.insert(resource_uid, resource);
 
     if let Some(action) = snapshot.actions.get(&request.action).and_then(|a| a.entity.clone())
@@ -784,11 +790,17 @@ fn request_entities(
         out.insert(action.uid(), action);
     }
 
-    let entities = side
-        .entities
-        .clone()
-        .add_entities(out.into_values(), None)
-        .map_err(|e| format!("cannot build the request's entities: {e}"))?;
+    let entities = if overlap {
+        // Only with a schema where users or agents sit under a resource or
+        // session entity: build the whole set afresh, the request's own
+        // entities replacing the cached ones.
+        let mut all: HashMap<EntityUid, Entity> = side.entities.iter().map(|e| (e.uid(), e.clone())).collect();
+        all.extend(out);
+        Entities::from_entities(all.into_values(), None)
+    } else {
+        side.entities.clone().add_entities(out.into_values(), None)
+    }
+    .map_err(|e| format!("cannot build the request's entities: {e}"))?;
     Ok((entities, Ancestors { principal: principal_ancestors, resource: resource_ancestors }))
 }
 

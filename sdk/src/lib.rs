@@ -320,6 +320,27 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// final DENY before it gives up by itself.
 const EXPIRY_GRACE: Duration = Duration::from_secs(2);
 
+/// A channel over the monitor's Unix socket at `path`.
+#[cfg(unix)]
+async fn unix_channel(_endpoint: &str, path: &str) -> Result<Channel, Error> {
+    let path = std::path::PathBuf::from(path);
+    Ok(Endpoint::from_static("http://wardend.socket")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await?)
+}
+
+/// Unix sockets exist only on Unix systems.
+#[cfg(not(unix))]
+async fn unix_channel(endpoint: &str, _path: &str) -> Result<Channel, Error> {
+    Err(Error::Config(format!("endpoint `{endpoint}`: Unix sockets need a Unix system")))
+}
+
 /// A harness's connection to the monitor.
 #[derive(Clone)]
 pub struct Client {
@@ -330,23 +351,13 @@ pub struct Client {
 impl Client {
     /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`) with a harness token.
     ///
-    /// `unix:/path/to/wardend.sock` connects to the monitor's Unix socket
-    /// (`wardend --socket`), where it also checks the caller's uid.
+    /// `unix:/path/to/wardend.sock` (an absolute path) connects to the
+    /// monitor's Unix socket (`wardend --socket`), where it also checks the
+    /// caller's uid.
     pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
         let endpoint = endpoint.into();
         if let Some(path) = endpoint.strip_prefix("unix:") {
-            let path = std::path::PathBuf::from(path);
-            let channel = Endpoint::from_static("http://wardend.socket")
-                .connect_timeout(Duration::from_secs(5))
-                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(path).await?,
-                        ))
-                    }
-                }))
-                .await?;
+            let channel = unix_channel(&endpoint, path).await?;
             return Ok(Self::with_channel(channel, BearerToken::new(token)?));
         }
         let channel = Endpoint::from_shared(endpoint.clone())
