@@ -37,14 +37,15 @@ pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 /// a window starts, the slot after it, which holds records at least a
 /// window older than anything replayable, is emptied in the background.
 /// So the records take bounded room instead of growing for ever.
-pub const REQUEST_SLOTS: i64 = 3;
+pub const REQUEST_SLOTS: usize = 3;
 
 /// How far apart two requests' clock reads may be from the order in which
 /// the writer sees them.
 const CLOCK_SKEW_NS: i64 = 60 * 1_000_000_000;
 
 fn request_slot(unix_ns: i64) -> usize {
-    usize::try_from(unix_ns.div_euclid(REPLAY_WINDOW_NS).rem_euclid(REQUEST_SLOTS)).unwrap_or(0)
+    let slots = i64::try_from(REQUEST_SLOTS).unwrap_or(1);
+    usize::try_from(unix_ns.div_euclid(REPLAY_WINDOW_NS).rem_euclid(slots)).unwrap_or(0)
 }
 
 /// sled's page cache, in bytes.
@@ -499,7 +500,7 @@ pub struct Store {
 struct Trees {
     audit: sled::Tree,
     /// The idempotency slots, see [`REQUEST_SLOTS`].
-    requests: [sled::Tree; 3],
+    requests: [sled::Tree; REQUEST_SLOTS],
     approvals: sled::Tree,
     pending: sled::Tree,
     pending_sessions: sled::Tree,
@@ -555,14 +556,12 @@ impl Trees {
     /// after it). A slot may still hold records older than its window (not
     /// yet pruned): the newest wins, and `replayable` checks the time.
     fn remembered(&self, key: &[u8], now_unix_ns: i64, ahead: bool) -> Result<Option<Remembered>, StoreError> {
-        let mut slots = vec![request_slot(now_unix_ns), request_slot(now_unix_ns.saturating_sub(REPLAY_WINDOW_NS))];
-        if ahead {
-            slots.push(request_slot(now_unix_ns.saturating_add(CLOCK_SKEW_NS)));
-        }
-        slots.sort_unstable();
-        slots.dedup();
+        let current = request_slot(now_unix_ns);
+        let previous = request_slot(now_unix_ns.saturating_sub(REPLAY_WINDOW_NS));
+        let next = request_slot(now_unix_ns.saturating_add(CLOCK_SKEW_NS));
+        let next = (ahead && next != current).then_some(next);
         let mut newest: Option<Remembered> = None;
-        for slot in slots {
+        for slot in [Some(current), Some(previous), next].into_iter().flatten() {
             if let Some(tree) = self.requests.get(slot)
                 && let Some(value) = tree.get(key)?
             {
@@ -1001,7 +1000,7 @@ fn recover(dir: &Path, durability: Durability) -> Result<Recovered, StoreError> 
             trees.apply(ops)?;
         }
     }
-    checkpoint(&db, db_file.as_deref())?;
+    flush_sled(&db, db_file.as_deref())?;
     if wal_dir.exists() {
         wal::remove_all(&wal_dir)?;
     }
@@ -1009,7 +1008,7 @@ fn recover(dir: &Path, durability: Durability) -> Result<Recovered, StoreError> 
 }
 
 /// sled's flush, then (fsync durability) fsync of its log file.
-fn checkpoint(db: &sled::Db, db_file: Option<&File>) -> Result<(), StoreError> {
+fn flush_sled(db: &sled::Db, db_file: Option<&File>) -> Result<(), StoreError> {
     db.flush()?;
     if let Some(file) = db_file {
         file.sync_data().map_err(sled::Error::Io)?;
@@ -1107,18 +1106,14 @@ impl WriteLoop {
         }
         let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
         let last = tokio::task::spawn_blocking(move || {
-            checkpoint(&db, db_file.as_deref())?;
+            flush_sled(&db, db_file.as_deref())?;
             wal::remove_all(&dir).map_err(StoreError::from)
         })
-        .await;
-        match last {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "final checkpoint failed; the write-ahead log is applied at the next start")
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "final checkpoint failed; the write-ahead log is applied at the next start")
-            }
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(e) = last {
+            tracing::error!(error = %e, "final checkpoint failed; the write-ahead log is applied at the next start");
         }
     }
 
@@ -1212,17 +1207,15 @@ impl WriteLoop {
             None => Ok(Ok(())),
         };
         let spare = match self.spare.take() {
-            Some(preparing) => match preparing.await {
-                Ok(Ok(spare)) => Some(spare),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "the next write-ahead log segment could not be prepared; making it now");
-                    None
+            Some(preparing) => {
+                match preparing.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
+                    Ok(spare) => Some(spare),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the next write-ahead log segment could not be prepared; making it now");
+                        None
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the next write-ahead log segment could not be prepared; making it now");
-                    None
-                }
-            },
+            }
             None => None,
         };
         let rotated = match synced {
@@ -1242,7 +1235,7 @@ impl WriteLoop {
         self.spare = Some(prepare_spare(&self.wal));
         let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
         self.checkpoint = Some(tokio::task::spawn_blocking(move || {
-            checkpoint(&db, db_file.as_deref()).map_err(|e| e.to_string())?;
+            flush_sled(&db, db_file.as_deref()).map_err(|e| e.to_string())?;
             wal::remove_before(&dir, keep_from).map_err(|e| e.to_string())
         }));
     }

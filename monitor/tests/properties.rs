@@ -306,13 +306,10 @@ fn is_proper_ancestor(dir: &str, path: &str) -> bool {
 
 /// `a.b.c` -> `a.b.c`, `b.c`, `c`.
 fn parent_domains(host: &str) -> Vec<String> {
-    let mut chain = vec![host.to_owned()];
-    let mut rest = host;
-    while let Some((_, parent)) = rest.split_once('.') {
-        rest = parent;
-        chain.push(rest.to_owned());
-    }
-    chain
+    // Written differently from normalize's own chain: the suffixes of the
+    // labels, longest first.
+    let labels: Vec<&str> = host.split('.').collect();
+    (0..labels.len()).map(|from| labels[from..].join(".")).collect()
 }
 
 fn is_ip_host(host: &str) -> bool {
