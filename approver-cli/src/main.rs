@@ -1084,7 +1084,7 @@ async fn audit_verify(
             let hash_at = match &saved {
                 Some(c) => tree
                     .get(c.seq.to_be_bytes())?
-                    .and_then(|v| serde_json::from_slice::<warden_monitor::store::AuditRecord>(&v).ok())
+                    .and_then(|v| warden_monitor::store::AuditRecord::from_bytes(&v).ok())
                     .map(|r| r.hash),
                 None => None,
             };

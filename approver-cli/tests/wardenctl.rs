@@ -324,11 +324,11 @@ async fn a_saved_checkpoint_catches_a_truncated_or_rewritten_log() {
         for seq in [4u64, 5] {
             tree.remove(seq.to_be_bytes()).unwrap();
         }
-        let mut record: warden_monitor::store::AuditRecord =
-            serde_json::from_slice(&tree.get(3u64.to_be_bytes()).unwrap().unwrap()).unwrap();
+        let mut record =
+            warden_monitor::store::AuditRecord::from_bytes(&tree.get(3u64.to_be_bytes()).unwrap().unwrap()).unwrap();
         record.outcome = "DENY".into();
         record.hash = record.compute_hash();
-        tree.insert(3u64.to_be_bytes(), serde_json::to_vec(&record).unwrap()).unwrap();
+        tree.insert(3u64.to_be_bytes(), record.to_bytes()).unwrap();
         db.flush().unwrap();
     }
     let bare = offline(&[]).await;

@@ -7,6 +7,7 @@
 //! evaluation error denies and names the policy. No tonic, sled or tokio here,
 //! and no clock read: `now` is passed in.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -42,6 +43,11 @@ impl Outcome {
             Outcome::Deny => "DENY",
             Outcome::Pending => "PENDING",
         }
+    }
+
+    /// The outcome named `ALLOW`, `DENY` or `PENDING`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Outcome::Allow, Outcome::Deny, Outcome::Pending].into_iter().find(|o| o.as_str() == name)
     }
 }
 
@@ -552,11 +558,29 @@ pub fn cedar_datetime(now: OffsetDateTime) -> String {
 /// The context every request carries, built without JSON.
 fn base_context(request: &NormalizedRequest, now: &str, approved: bool) -> Result<Context, RequestError> {
     Context::from_pairs([
-        ("now".to_owned(), RestrictedExpression::new_datetime(now)),
+        ("now".to_owned(), datetime(now)),
         ("approved".to_owned(), RestrictedExpression::new_bool(approved)),
         ("justification".to_owned(), RestrictedExpression::new_string(request.justification.clone())),
     ])
     .map_err(|e| RequestError::Schema(e.to_string()))
+}
+
+/// `RestrictedExpression::new_datetime(now)`, shared by the requests of the
+/// same millisecond on a thread: that call parses the name `datetime` with
+/// Cedar's full parser each time (about 7 µs, 5 % of wardend's CPU at 32
+/// concurrent callers).
+fn datetime(now: &str) -> RestrictedExpression {
+    thread_local! {
+        static LAST: RefCell<Option<(String, RestrictedExpression)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((at, expression)) if at == now => expression.clone(),
+        _ => {
+            let expression = RestrictedExpression::new_datetime(now);
+            *last = Some((now.to_owned(), expression.clone()));
+            expression
+        }
+    })
 }
 
 /// The base context plus the harness's fields, read by Cedar's JSON reader,

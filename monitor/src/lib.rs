@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod checkpoint;
+pub mod codec;
 pub mod config;
 pub mod decision;
 pub mod duration;

@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 use crate::auth::Caller;
 use crate::decision::{DecisionConfig, Evaluation, Outcome, SessionFacts, decide, decide_approved};
 use crate::grants::{Grant, GrantBook, Scope, compile, parse_scope};
-use crate::normalize::{Actor, InvalidInput, RequestInput, limits, normalize};
+use crate::normalize::{Actor, InvalidInput, NormalizedRequest, RequestInput, ResourceInput, limits, normalize};
 use crate::policy::PolicySnapshot;
 use crate::store::{
     ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, Commit, Committed, DecisionRecord, GrantChange, Guard,
@@ -404,24 +404,6 @@ impl Monitor {
         self.rate_limit(caller, &input.actor).await?;
         let request_hash = request_hash(&input);
         let now = self.now();
-        // No replay once the session is locked, or once a grant the earlier
-        // decision relied on is gone: decide afresh.
-        let actor = &input.actor;
-        let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
-        let earlier = if input.request_id.is_empty() {
-            None
-        } else {
-            self.store.remembered(&caller.name, &input.request_id, unix_ns(now))?
-        };
-        if let Some(earlier) = earlier {
-            replay &= self.grants_active(&earlier.decision.grant_ids, unix_ns(now));
-            if replay && earlier.replayable(unix_ns(now), &self.snapshot().version) {
-                if earlier.request_hash != request_hash {
-                    return Err(key_reused(&input.request_id));
-                }
-                return self.current(earlier.decision).await;
-            }
-        }
         let request = normalize(&input)?;
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
         let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
@@ -437,109 +419,58 @@ impl Monitor {
                 );
             }
         }
-
-        let request_id = if input.request_id.is_empty() {
-            format!("wdn-{}", uuid::Uuid::new_v4())
-        } else {
-            input.request_id.clone()
+        let decided = Decided {
+            caller,
+            input: &input,
+            request: &request,
+            request_hash,
+            snapshot: &snapshot,
+            evaluation: &evaluation,
+            now_ns: unix_ns(now),
+            request_id: if input.request_id.is_empty() {
+                format!("wdn-{}", uuid::Uuid::new_v4())
+            } else {
+                input.request_id.clone()
+            },
+            approval_id: match evaluation.outcome {
+                Outcome::Pending => format!("apr-{}", uuid::Uuid::new_v4()),
+                _ => String::new(),
+            },
         };
-        let now_ns = unix_ns(now);
-        let approval_id = match evaluation.outcome {
-            Outcome::Pending => format!("apr-{}", uuid::Uuid::new_v4()),
-            _ => String::new(),
-        };
-        let expires = evaluation
-            .approval
-            .as_ref()
-            .map(|terms| now_ns.saturating_add(i64::try_from(terms.timeout.as_nanos()).unwrap_or(i64::MAX)));
-        let decision = DecisionRecord {
-            request_id: request_id.clone(),
-            outcome: evaluation.outcome,
-            policy_ids: evaluation.policy_ids.clone(),
-            reasons: evaluation.reasons.clone(),
-            approval_id: approval_id.clone(),
-            expires_at_unix_ns: expires,
-            grant_ids: evaluation.grant_ids.clone(),
-            policy_version: snapshot.version.clone(),
-            audit_seq: 0,
-            resolved_by: String::new(),
-            note: String::new(),
-        };
-        let labels = if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] };
-        let session = SessionChange::Touch {
-            session: request.actor.session.clone(),
-            user: request.actor.user.clone(),
-            agent: request.actor.agent.clone(),
-            add: labels,
-        };
-        let approval = evaluation.approval.as_ref().map(|terms| ApprovalRecord {
-            approval_id: approval_id.clone(),
-            input: input.clone(),
-            request: request.clone(),
-            request_hash: request_hash.clone(),
-            request_id: request_id.clone(),
-            harness: caller.name.clone(),
-            policy_ids: evaluation.policy_ids.clone(),
-            reasons: evaluation.reasons.clone(),
-            permit_ids: terms.permit_ids.clone(),
-            approvers: terms.approvers.clone(),
-            policy_version: snapshot.version.clone(),
-            created_unix_ns: now_ns,
-            expires_unix_ns: expires.unwrap_or(now_ns),
-            audit_seq: 0,
-            state: ApprovalState::Pending,
-            resolved_by: String::new(),
-            note: String::new(),
-            resolved_unix_ns: None,
-            decision: decision.clone(),
-        });
-        let entry = AuditEntry {
-            time_unix_ns: now_ns,
-            kind: "decision".into(),
-            caller: caller.name.clone(),
-            actor: Some(request.actor.clone()),
-            action: request.action.clone(),
-            resource: request.resource.display_uid(),
-            request: serde_json::to_string(&request).unwrap_or_default(),
-            outcome: evaluation.outcome.as_str().into(),
-            policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
-            reasons: evaluation.reasons,
-            policy_version: snapshot.version.clone(),
-            request_id: request_id.clone(),
-            approval_id,
-        };
-        let guard = if input.request_id.is_empty() {
-            Guard::None
-        } else {
-            Guard::NewRequest {
-                harness: caller.name.clone(),
-                request_id: input.request_id.clone(),
-                request_hash,
-                now_unix_ns: now_ns,
-                policy_version: snapshot.version.clone(),
-                replay,
+        // The writer looks the idempotency key up (the service does not read
+        // it first: a replay is rare, a lookup on every request is not) and
+        // answers a replay instead of appending. No replay once the session
+        // is locked, or once a grant the earlier decision relied on is gone:
+        // then this decision is recorded under the key instead.
+        let actor = &input.actor;
+        let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
+        loop {
+            let earlier = match self.store.commit(decided.commit(replay)).await? {
+                Committed::New { decision: Some(decision), .. } => {
+                    // Every decision is in the audit log; this line only at
+                    // debug level (WARDEN_LOG=debug): at thousands a second,
+                    // a line each on stderr cost more than the decision.
+                    tracing::debug!(
+                        outcome = decision.outcome.as_str(),
+                        action = %request.action,
+                        resource = %request.resource.display_uid(),
+                        user = %request.actor.user,
+                        audit_seq = decision.audit_seq,
+                        "decided"
+                    );
+                    return Ok(decision);
+                }
+                Committed::Replay(earlier) => earlier,
+                Committed::KeyReused(earlier) if earlier.request_hash == legacy_request_hash(&input) => {
+                    earlier.decision
+                }
+                Committed::KeyReused(_) => return Err(key_reused(&decided.request_id)),
+                other => return Err(unexpected(other)),
+            };
+            if self.grants_active(&earlier.grant_ids, decided.now_ns) {
+                return self.current(earlier).await;
             }
-        };
-        let commit =
-            Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) };
-        match self.store.commit(commit).await? {
-            Committed::New { decision: Some(decision), .. } => {
-                // Every decision is in the audit log; this line only at debug
-                // level (WARDEN_LOG=debug): at thousands a second, a line
-                // each on stderr cost more than the decision.
-                tracing::debug!(
-                    outcome = decision.outcome.as_str(),
-                    action = %request.action,
-                    resource = %request.resource.display_uid(),
-                    user = %request.actor.user,
-                    audit_seq = decision.audit_seq,
-                    "decided"
-                );
-                Ok(decision)
-            }
-            Committed::Replay(decision) => self.current(decision).await,
-            Committed::KeyReused => Err(key_reused(&request_id)),
-            other => Err(unexpected(other)),
+            replay = false;
         }
     }
 
@@ -1357,6 +1288,103 @@ fn not_pending(approval: &ApprovalRecord) -> CallError {
     CallError::FailedPrecondition(format!("approval `{}` {how}", approval.approval_id))
 }
 
+/// A decision made for an `Authorize` call, and what goes with it into the
+/// store.
+struct Decided<'a> {
+    caller: &'a Caller,
+    input: &'a RequestInput,
+    request: &'a NormalizedRequest,
+    request_hash: String,
+    snapshot: &'a PolicySnapshot,
+    evaluation: &'a Evaluation,
+    now_ns: i64,
+    request_id: String,
+    approval_id: String,
+}
+
+impl Decided<'_> {
+    /// The audit record, the decision to remember under the request id, the
+    /// approval to wait for and the session's new labels, as one commit;
+    /// `replay`: whether an earlier decision under the same request id may
+    /// be answered instead.
+    fn commit(&self, replay: bool) -> Commit {
+        let Decided { caller, input, request, snapshot, evaluation, now_ns, .. } = *self;
+        let expires = evaluation
+            .approval
+            .as_ref()
+            .map(|terms| now_ns.saturating_add(i64::try_from(terms.timeout.as_nanos()).unwrap_or(i64::MAX)));
+        let decision = DecisionRecord {
+            request_id: self.request_id.clone(),
+            outcome: evaluation.outcome,
+            policy_ids: evaluation.policy_ids.clone(),
+            reasons: evaluation.reasons.clone(),
+            approval_id: self.approval_id.clone(),
+            expires_at_unix_ns: expires,
+            grant_ids: evaluation.grant_ids.clone(),
+            policy_version: snapshot.version.clone(),
+            audit_seq: 0,
+            resolved_by: String::new(),
+            note: String::new(),
+        };
+        let labels = if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] };
+        let session = SessionChange::Touch {
+            session: request.actor.session.clone(),
+            user: request.actor.user.clone(),
+            agent: request.actor.agent.clone(),
+            add: labels,
+        };
+        let approval = evaluation.approval.as_ref().map(|terms| ApprovalRecord {
+            approval_id: self.approval_id.clone(),
+            input: input.clone(),
+            request: request.clone(),
+            request_hash: self.request_hash.clone(),
+            request_id: self.request_id.clone(),
+            harness: caller.name.clone(),
+            policy_ids: evaluation.policy_ids.clone(),
+            reasons: evaluation.reasons.clone(),
+            permit_ids: terms.permit_ids.clone(),
+            approvers: terms.approvers.clone(),
+            policy_version: snapshot.version.clone(),
+            created_unix_ns: now_ns,
+            expires_unix_ns: expires.unwrap_or(now_ns),
+            audit_seq: 0,
+            state: ApprovalState::Pending,
+            resolved_by: String::new(),
+            note: String::new(),
+            resolved_unix_ns: None,
+            decision: decision.clone(),
+        });
+        let entry = AuditEntry {
+            time_unix_ns: now_ns,
+            kind: "decision".into(),
+            caller: caller.name.clone(),
+            actor: Some(request.actor.clone()),
+            action: request.action.clone(),
+            resource: request.resource.display_uid(),
+            request: serde_json::to_string(request).unwrap_or_default(),
+            outcome: evaluation.outcome.as_str().into(),
+            policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
+            reasons: evaluation.reasons.clone(),
+            policy_version: snapshot.version.clone(),
+            request_id: self.request_id.clone(),
+            approval_id: self.approval_id.clone(),
+        };
+        let guard = if input.request_id.is_empty() {
+            Guard::None
+        } else {
+            Guard::NewRequest {
+                harness: caller.name.clone(),
+                request_id: input.request_id.clone(),
+                request_hash: self.request_hash.clone(),
+                now_unix_ns: now_ns,
+                policy_version: snapshot.version.clone(),
+                replay,
+            }
+        };
+        Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) }
+    }
+}
+
 fn unexpected(committed: Committed) -> CallError {
     CallError::Store(StoreError::BatchFailed(format!("unexpected result from the writer: {committed:?}")))
 }
@@ -1377,8 +1405,38 @@ fn key_reused(request_id: &str) -> CallError {
 }
 
 /// Hex SHA-256 of the request as sent, to tell a replay from a reused key
-/// and to bind an approval to the exact request an approver was shown.
+/// and to bind an approval to the exact request an approver was shown: over
+/// every field, each length-prefixed, the resource's kind first, so that no
+/// two requests share an encoding.
 pub fn request_hash(input: &RequestInput) -> String {
+    let mut h = Sha256::new();
+    h.update(b"warden.request.v2\0");
+    let mut text = |value: &str| {
+        h.update((value.len() as u64).to_be_bytes());
+        h.update(value.as_bytes());
+    };
+    for value in [&input.request_id, &input.actor.user, &input.actor.agent, &input.actor.session, &input.action] {
+        text(value);
+    }
+    let (kind, fields): (&str, Vec<&str>) = match &input.resource {
+        ResourceInput::File { path, cwd } => ("file", vec![path, cwd]),
+        ResourceInput::Command { argv, cwd } => ("command", argv.iter().chain([cwd]).map(String::as_str).collect()),
+        ResourceInput::Http { method, url } => ("http", vec![method, url]),
+        ResourceInput::Secret { name } => ("secret", vec![name]),
+        ResourceInput::Tool { server, name, arguments_json } => ("tool", vec![server, name, arguments_json]),
+    };
+    text(kind);
+    text(&fields.len().to_string());
+    fields.into_iter().for_each(&mut text);
+    text(&input.justification);
+    text(&input.context_json);
+    hex::encode(h.finalize())
+}
+
+/// The hash [`request_hash`] gave before version 2, over the request's JSON:
+/// the idempotency records of a store written then still match their
+/// requests.
+pub fn legacy_request_hash(input: &RequestInput) -> String {
     let encoded = serde_json::to_vec(input).unwrap_or_default();
     hex::encode(Sha256::digest(&encoded))
 }

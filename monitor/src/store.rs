@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use crate::codec::{self, CodecError, Decoder, Encoder, Record};
 use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::{Actor, NormalizedRequest, RequestInput};
@@ -123,8 +124,7 @@ pub struct AuditRecord {
 
 impl AuditRecord {
     /// SHA-256 over a length-prefixed, domain-separated encoding of every
-    /// field but `hash`. JSON is for storage only; the hash never depends on
-    /// how JSON happens to be written.
+    /// field but `hash`; it never depends on the storage form.
     pub fn compute_hash(&self) -> String {
         let mut h = Sha256::new();
         h.update(HASH_DOMAIN);
@@ -134,7 +134,21 @@ impl AuditRecord {
             h.update((value.len() as u64).to_be_bytes());
             h.update(value.as_bytes());
         };
-        for value in [
+        self.texts_before_lists().into_iter().for_each(&mut text);
+        for list in [&self.policy_ids, &self.reasons] {
+            text(&list.len().to_string());
+            for value in list {
+                text(value);
+            }
+        }
+        self.texts_after_lists().into_iter().for_each(text);
+        hex::encode(h.finalize())
+    }
+
+    /// The text fields before `policy_ids` and `reasons`, in hashing and
+    /// storage order.
+    fn texts_before_lists(&self) -> [&str; 9] {
+        [
             &self.kind,
             &self.caller,
             &self.actor.user,
@@ -144,19 +158,61 @@ impl AuditRecord {
             &self.resource,
             &self.request,
             &self.outcome,
-        ] {
-            text(value);
-        }
-        for list in [&self.policy_ids, &self.reasons] {
-            text(&list.len().to_string());
-            for value in list {
-                text(value);
-            }
-        }
-        for value in [&self.policy_version, &self.request_id, &self.approval_id, &self.prev_hash] {
-            text(value);
-        }
-        hex::encode(h.finalize())
+        ]
+    }
+
+    /// The text fields after the lists, but `hash`.
+    fn texts_after_lists(&self) -> [&str; 4] {
+        [&self.policy_version, &self.request_id, &self.approval_id, &self.prev_hash]
+    }
+}
+
+impl Record for AuditRecord {
+    fn write(&self, out: &mut Encoder) {
+        out.u64(self.seq);
+        out.i64(self.time_unix_ns);
+        self.texts_before_lists().into_iter().for_each(|value| out.str(value));
+        out.strs(self.policy_ids.iter());
+        out.strs(self.reasons.iter());
+        self.texts_after_lists().into_iter().for_each(|value| out.str(value));
+        out.str(&self.hash);
+    }
+
+    fn read(input: &mut Decoder<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            seq: input.u64("seq")?,
+            time_unix_ns: input.i64("time_unix_ns")?,
+            kind: input.str("kind")?,
+            caller: input.str("caller")?,
+            actor: Actor {
+                user: input.str("actor.user")?,
+                agent: input.str("actor.agent")?,
+                session: input.str("actor.session")?,
+            },
+            action: input.str("action")?,
+            resource: input.str("resource")?,
+            request: input.str("request")?,
+            outcome: input.str("outcome")?,
+            policy_ids: input.strs("policy_ids")?,
+            reasons: input.strs("reasons")?,
+            policy_version: input.str("policy_version")?,
+            request_id: input.str("request_id")?,
+            approval_id: input.str("approval_id")?,
+            prev_hash: input.str("prev_hash")?,
+            hash: input.str("hash")?,
+        })
+    }
+}
+
+impl AuditRecord {
+    /// The record as stored (see [`crate::codec`]).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        codec::encode(self)
+    }
+
+    /// A record as stored, in this form or in the JSON of older versions.
+    pub fn from_bytes(value: &[u8]) -> Result<Self, CodecError> {
+        codec::decode(value)
     }
 }
 
@@ -330,6 +386,24 @@ pub enum LockChange {
     Remove(String),
 }
 
+impl Record for SessionRecord {
+    fn write(&self, out: &mut Encoder) {
+        out.str(&self.session);
+        out.str(&self.user);
+        out.str(&self.agent);
+        out.strs(self.labels.iter());
+    }
+
+    fn read(input: &mut Decoder<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            session: input.str("session")?,
+            user: input.str("user")?,
+            agent: input.str("agent")?,
+            labels: input.str_set("labels")?,
+        })
+    }
+}
+
 /// A change to a session's record, merged by the writer so that concurrent
 /// requests never lose a label.
 #[derive(Debug, Clone)]
@@ -376,6 +450,48 @@ impl Remembered {
     pub fn replayable(&self, now_unix_ns: i64, policy_version: &str) -> bool {
         now_unix_ns.saturating_sub(self.decided_unix_ns) < REPLAY_WINDOW_NS
             && self.decision.policy_version == policy_version
+    }
+}
+
+impl Record for Remembered {
+    fn write(&self, out: &mut Encoder) {
+        let d = &self.decision;
+        out.str(&self.request_hash);
+        out.i64(self.decided_unix_ns);
+        out.str(&d.request_id);
+        out.str(d.outcome.as_str());
+        out.strs(d.policy_ids.iter());
+        out.strs(d.reasons.iter());
+        out.str(&d.approval_id);
+        out.opt_i64(d.expires_at_unix_ns);
+        out.strs(d.grant_ids.iter());
+        out.str(&d.policy_version);
+        out.u64(d.audit_seq);
+        out.str(&d.resolved_by);
+        out.str(&d.note);
+    }
+
+    fn read(input: &mut Decoder<'_>) -> Result<Self, CodecError> {
+        let request_hash = input.str("request_hash")?;
+        let decided_unix_ns = input.i64("decided_unix_ns")?;
+        let request_id = input.str("decision.request_id")?;
+        let outcome = input.str("decision.outcome")?;
+        let outcome = Outcome::from_name(&outcome)
+            .ok_or_else(|| CodecError::new(format!("unknown outcome `{outcome}` in decision.outcome")))?;
+        let decision = DecisionRecord {
+            request_id,
+            outcome,
+            policy_ids: input.strs("decision.policy_ids")?,
+            reasons: input.strs("decision.reasons")?,
+            approval_id: input.str("decision.approval_id")?,
+            expires_at_unix_ns: input.opt_i64("decision.expires_at_unix_ns")?,
+            grant_ids: input.strs("decision.grant_ids")?,
+            policy_version: input.str("decision.policy_version")?,
+            audit_seq: input.u64("decision.audit_seq")?,
+            resolved_by: input.str("decision.resolved_by")?,
+            note: input.str("decision.note")?,
+        };
+        Ok(Self { request_hash, decided_unix_ns, decision })
     }
 }
 
@@ -455,8 +571,9 @@ pub enum Committed {
     /// The idempotency key was already used for the same request: the
     /// decision given then, nothing appended.
     Replay(DecisionRecord),
-    /// The idempotency key was already used for a different request.
-    KeyReused,
+    /// The idempotency key was already used for a different request (by
+    /// its hash): what was decided then, nothing appended.
+    KeyReused(Box<Remembered>),
     /// The approval is no longer pending: how it stands, nothing appended.
     NotPending(Box<ApprovalRecord>),
 }
@@ -565,7 +682,7 @@ impl Trees {
             if let Some(tree) = self.requests.get(slot)
                 && let Some(value) = tree.get(key)?
             {
-                let found: Remembered = decode(trees::requests(slot), key, &value)?;
+                let found: Remembered = read(trees::requests(slot), key, &value)?;
                 if newest.as_ref().is_none_or(|n| found.decided_unix_ns > n.decided_unix_ns) {
                     newest = Some(found);
                 }
@@ -633,9 +750,9 @@ impl StoreCloser {
 
 /// Names of the sled trees.
 pub mod trees {
-    /// seq (u64 big-endian) -> [`super::AuditRecord`] JSON.
+    /// seq (u64 big-endian) -> [`super::AuditRecord`] (binary, [`crate::codec`]).
     pub const AUDIT: &str = "audit";
-    /// harness NUL request id -> [`super::Remembered`] JSON, for the
+    /// harness NUL request id -> [`super::Remembered`] (binary), for the
     /// decisions of one replay window in three (see [`super::REQUEST_SLOTS`]);
     /// `requests.1` and `requests.2` hold the other two.
     pub const REQUESTS: &str = "requests";
@@ -663,7 +780,7 @@ pub mod trees {
     pub const GRANTS: &str = "grants";
     /// `session:ID` | `user:ID` | `agent:ID` -> [`super::Lock`] JSON.
     pub const LOCKS: &str = "locks";
-    /// session id -> [`super::SessionRecord`] JSON.
+    /// session id -> [`super::SessionRecord`] (binary).
     pub const SESSIONS: &str = "sessions";
 }
 
@@ -766,8 +883,8 @@ impl Store {
     }
 
     /// The decision remembered for `(harness, request_id)` that can still
-    /// be replayable at `now_unix_ns` (older ones may be gone). The writer
-    /// checks again, authoritatively, when it appends.
+    /// be replayable at `now_unix_ns` (older ones may be gone). `Authorize`
+    /// does not call this: the writer looks the key up when it appends.
     pub fn remembered(
         &self,
         harness: &str,
@@ -848,11 +965,7 @@ impl Store {
 
     /// What is known of a session.
     pub fn session(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.trees
-            .sessions
-            .get(session.as_bytes())?
-            .map(|v| decode(trees::SESSIONS, session.as_bytes(), &v))
-            .transpose()
+        self.trees.sessions.get(session.as_bytes())?.map(|v| read(trees::SESSIONS, session.as_bytes(), &v)).transpose()
     }
 
     /// Pending approvals, earliest deadline first.
@@ -1257,7 +1370,7 @@ impl WriteLoop {
                     return Ok(Planned::Answer(Box::new(if &earlier.request_hash == request_hash {
                         Committed::Replay(earlier.decision)
                     } else {
-                        Committed::KeyReused
+                        Committed::KeyReused(Box::new(earlier))
                     })));
                 }
                 Some((key, request_hash.clone(), *now_unix_ns))
@@ -1297,7 +1410,7 @@ impl WriteLoop {
                         .trees
                         .sessions
                         .get(id.as_bytes())?
-                        .map(|v| decode::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
+                        .map(|v| read::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
                         .transpose()?,
                 };
                 merge_session(current, change)
@@ -1428,9 +1541,9 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
     let put = |tree, key: &[u8], value| Op { tree, key: key.to_vec(), value: Some(value) };
     let remove = |tree, key: &[u8]| Op { tree, key: key.to_vec(), value: None };
     for write in writes {
-        ops.push(put(tree_no::AUDIT, &write.record.seq.to_be_bytes(), encode(&write.record)?));
+        ops.push(put(tree_no::AUDIT, &write.record.seq.to_be_bytes(), codec::encode(&write.record)));
         if let Some((key, remembered)) = &write.remembered {
-            ops.push(put(tree_no::requests(request_slot(remembered.decided_unix_ns)), key, encode(remembered)?));
+            ops.push(put(tree_no::requests(request_slot(remembered.decided_unix_ns)), key, codec::encode(remembered)));
         }
         if let Some(approval) = &write.approval {
             ops.push(put(tree_no::APPROVALS, approval.approval_id.as_bytes(), encode(approval)?));
@@ -1457,7 +1570,7 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
             None => {}
         }
         if let Some(session) = &write.session {
-            ops.push(put(tree_no::SESSIONS, session.session.as_bytes(), encode(session)?));
+            ops.push(put(tree_no::SESSIONS, session.session.as_bytes(), codec::encode(session)));
         }
     }
     Ok(ops)
@@ -1559,6 +1672,8 @@ fn request_key(harness: &str, request_id: &str) -> Vec<u8> {
     key
 }
 
+/// JSON, for the records written at the pace of people: approvals, grants
+/// and locks. The records of every decision are in [`crate::codec`]'s form.
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(|e| StoreError::Corrupt {
         tree: "encode",
@@ -1575,6 +1690,15 @@ fn decode<T: for<'de> Deserialize<'de>>(tree: &'static str, key: &[u8], value: &
     })
 }
 
+/// A record in the binary form of [`crate::codec`] (or older JSON).
+fn read<R: Record>(tree: &'static str, key: &[u8], value: &[u8]) -> Result<R, StoreError> {
+    codec::decode(value).map_err(|e| StoreError::Corrupt {
+        tree,
+        key: String::from_utf8_lossy(key).into_owned(),
+        message: e.to_string(),
+    })
+}
+
 fn seq_of_key(key: &[u8]) -> Option<u64> {
     <[u8; 8]>::try_from(key).ok().map(u64::from_be_bytes)
 }
@@ -1585,12 +1709,11 @@ fn decode_record(key: &[u8], value: &[u8]) -> Result<AuditRecord, StoreError> {
         key: hex::encode(key),
         message: "key is not a sequence number".into(),
     })?;
-    let record: AuditRecord = serde_json::from_slice(value).map_err(|e| StoreError::Corrupt {
+    AuditRecord::from_bytes(value).map_err(|e| StoreError::Corrupt {
         tree: trees::AUDIT,
         key: seq.to_string(),
         message: e.to_string(),
-    })?;
-    Ok(record)
+    })
 }
 
 /// The result of walking the audit chain.
@@ -1656,6 +1779,63 @@ pub fn verify_chain<E: std::fmt::Display>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decision_records_round_trip_through_the_binary_form() {
+        let decision = DecisionRecord {
+            request_id: "r-1".into(),
+            outcome: Outcome::Pending,
+            policy_ids: vec!["a".into(), "b".into()],
+            reasons: vec!["needs \"approval\"\n".into()],
+            approval_id: "apr-1".into(),
+            expires_at_unix_ns: Some(-1),
+            grant_ids: vec![],
+            policy_version: "v".into(),
+            audit_seq: 7,
+            resolved_by: "carol".into(),
+            note: "ü".into(),
+        };
+        let remembered = Remembered { request_hash: "h".into(), decided_unix_ns: 42, decision };
+        assert_eq!(codec::decode::<Remembered>(&codec::encode(&remembered)).unwrap(), remembered);
+        let json = serde_json::to_vec(&remembered).unwrap();
+        assert_eq!(codec::decode::<Remembered>(&json).unwrap(), remembered);
+        for outcome in [Outcome::Allow, Outcome::Deny] {
+            let mut other = remembered.clone();
+            other.decision.outcome = outcome;
+            other.decision.expires_at_unix_ns = None;
+            assert_eq!(codec::decode::<Remembered>(&codec::encode(&other)).unwrap(), other);
+        }
+
+        let session = SessionRecord {
+            session: "s".into(),
+            user: "u".into(),
+            agent: "a".into(),
+            labels: ["private".to_owned(), "untrusted".to_owned()].into(),
+        };
+        assert_eq!(codec::decode::<SessionRecord>(&codec::encode(&session)).unwrap(), session);
+        let record = AuditRecord {
+            seq: 3,
+            time_unix_ns: 9,
+            kind: "decision".into(),
+            caller: "h".into(),
+            actor: Actor { user: "u".into(), agent: "a".into(), session: "s".into() },
+            action: "fs.read".into(),
+            resource: r#"File::"/x""#.into(),
+            request: r#"{"k":"v"}"#.into(),
+            outcome: "ALLOW".into(),
+            policy_ids: vec!["p".into()],
+            reasons: vec![],
+            policy_version: "v".into(),
+            request_id: "r".into(),
+            approval_id: String::new(),
+            prev_hash: "0".repeat(64),
+            hash: "f".repeat(64),
+        };
+        assert_eq!(AuditRecord::from_bytes(&record.to_bytes()).unwrap(), record);
+        // The hash of stores already written: computed by the version
+        // before the binary form.
+        assert_eq!(record.compute_hash(), "9f58de1ab5cc2149604d3bd3204dd03bfa64eff3d73efc8b75ce1235e44945e3");
+    }
 
     fn entry(n: u32) -> Commit {
         Commit {
@@ -1726,7 +1906,7 @@ mod tests {
                 policy_version: "v".into(),
                 replay: true,
             };
-            assert_eq!(store.commit(reused).await.unwrap(), Committed::KeyReused);
+            assert!(matches!(store.commit(reused).await.unwrap(), Committed::KeyReused(_)));
             drop(store);
             closer.close().await.unwrap();
         }

@@ -5,6 +5,11 @@ use tokio_stream::StreamExt;
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, Outcome};
 
+use warden_monitor::codec::{self, Record};
+use warden_monitor::normalize::{Actor as InputActor, RequestInput, ResourceInput};
+use warden_monitor::service::legacy_request_hash;
+use warden_monitor::store::{AuditRecord, Remembered, SessionRecord, trees};
+
 use crate::support::TestMonitor;
 
 fn alice() -> Actor {
@@ -98,15 +103,93 @@ async fn records_and_chain_survive_a_restart_and_the_sequence_continues() {
     assert!(report.ok && report.records == 5, "{report:?}");
 }
 
+/// A store written by an older version, whose decision records were JSON,
+/// carries over: the chain verifies and continues, idempotency keys replay,
+/// sessions keep their owner.
+#[tokio::test]
+async fn a_store_with_the_json_records_of_older_versions_carries_over() {
+    let mut monitor = TestMonitor::start().await;
+    decide_three(&monitor).await;
+    let keyed = ActionRequest::read_file("/home/alice/project/keyed.rs").request_id("keyed-1");
+    let first = monitor.harness().await.authorize(&alice(), keyed.clone()).await.unwrap();
+    let before = monitor.audit().await;
+    monitor.stop_server().await;
+    {
+        let db = sled::open(monitor.store_dir()).unwrap();
+        assert_eq!(rewrite_as_json::<AuditRecord>(&db, trees::AUDIT), 4);
+        let remembered: usize = [trees::REQUESTS, trees::REQUESTS_1, trees::REQUESTS_2]
+            .into_iter()
+            .map(|tree| rewrite_as_json::<Remembered>(&db, tree))
+            .sum();
+        assert_eq!(remembered, 4, "the SDK keys every request");
+        // Older versions hashed the request's JSON.
+        let input = RequestInput {
+            request_id: "keyed-1".into(),
+            actor: InputActor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() },
+            action: "fs.read".into(),
+            resource: ResourceInput::File { path: "/home/alice/project/keyed.rs".into(), cwd: String::new() },
+            justification: String::new(),
+            context_json: String::new(),
+        };
+        let (slot, key) = [trees::REQUESTS, trees::REQUESTS_1, trees::REQUESTS_2]
+            .into_iter()
+            .map(|name| db.open_tree(name).unwrap())
+            .find_map(|tree| {
+                let key = tree.iter().keys().map(Result::unwrap).find(|key| key.ends_with(b"\0keyed-1"))?;
+                Some((tree, key))
+            })
+            .unwrap();
+        let mut record: Remembered = codec::decode(&slot.get(&key).unwrap().unwrap()).unwrap();
+        assert_ne!(record.request_hash, legacy_request_hash(&input));
+        record.request_hash = legacy_request_hash(&input);
+        slot.insert(key, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert_eq!(rewrite_as_json::<SessionRecord>(&db, trees::SESSIONS), 1);
+        db.flush().unwrap();
+    }
+    monitor.restart().await;
+
+    assert_eq!(monitor.audit().await, before);
+    let client = monitor.harness().await;
+    assert_eq!(client.authorize(&alice(), keyed).await.unwrap(), first, "replayed from a JSON record");
+    // Someone else cannot take over the session whose record is JSON.
+    let bob = Actor::new("bob", "claude-code", "s1");
+    let taken = client.authorize(&bob, ActionRequest::read_file("/home/bob/notes.txt")).await;
+    match taken {
+        Ok(decision) => {
+            assert_eq!(decision.outcome, Outcome::Deny);
+            assert!(decision.reasons.iter().any(|r| r.contains("belongs to user `alice`")), "{decision:?}");
+        }
+        Err(status) => panic!("a session owned by someone else is a denial, not an error: {status:?}"),
+    }
+    let next = client.authorize(&alice(), ActionRequest::read_file("/home/alice/project/c.rs")).await.unwrap();
+    assert_eq!((next.outcome, next.audit_seq), (Outcome::Allow, 6));
+    let report = monitor.verify().await;
+    assert!(report.ok && report.records == 6, "{report:?}");
+}
+
 /// Rewrites one stored record while the monitor is stopped.
-fn tamper(monitor: &TestMonitor, seq: u64, edit: impl Fn(&mut serde_json::Value)) {
+fn tamper(monitor: &TestMonitor, seq: u64, edit: impl Fn(&mut AuditRecord)) {
     let db = sled::open(monitor.store_dir()).unwrap();
-    let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
+    let tree = db.open_tree(trees::AUDIT).unwrap();
     let key = seq.to_be_bytes();
-    let mut record: serde_json::Value = serde_json::from_slice(&tree.get(key).unwrap().unwrap()).unwrap();
+    let mut record = AuditRecord::from_bytes(&tree.get(key).unwrap().unwrap()).unwrap();
     edit(&mut record);
-    tree.insert(key, serde_json::to_vec(&record).unwrap()).unwrap();
+    tree.insert(key, record.to_bytes()).unwrap();
     db.flush().unwrap();
+}
+
+/// Rewrites every value of `tree` as JSON, the form older versions wrote;
+/// returns how many.
+fn rewrite_as_json<R: Record + serde::Serialize>(db: &sled::Db, tree: &str) -> usize {
+    let tree = db.open_tree(tree).unwrap();
+    let mut rewritten = 0;
+    for item in tree.iter() {
+        let (key, value) = item.unwrap();
+        let record: R = codec::decode(&value).unwrap();
+        tree.insert(key, serde_json::to_vec(&record).unwrap()).unwrap();
+        rewritten += 1;
+    }
+    rewritten
 }
 
 #[tokio::test]
@@ -115,7 +198,7 @@ async fn a_rewritten_record_is_detected_and_named() {
     decide_three(&monitor).await;
     monitor.stop_server().await;
     // Someone with access to the disk turns the DENY into an ALLOW.
-    tamper(&monitor, 2, |record| record["outcome"] = "ALLOW".into());
+    tamper(&monitor, 2, |record| record.outcome = "ALLOW".into());
     monitor.restart().await;
     let report = monitor.verify().await;
     assert!(!report.ok);
@@ -130,12 +213,10 @@ async fn a_flipped_byte_in_a_hash_or_a_removed_record_is_detected() {
     decide_three(&monitor).await;
     monitor.stop_server().await;
     tamper(&monitor, 1, |record| {
-        let hash = record["hash"].as_str().unwrap().to_owned();
-        let flipped = match hash.strip_prefix('0') {
+        record.hash = match record.hash.strip_prefix('0') {
             Some(rest) => format!("1{rest}"),
-            None => format!("0{}", &hash[1..]),
+            None => format!("0{}", &record.hash[1..]),
         };
-        record["hash"] = flipped.into();
     });
     monitor.restart().await;
     let report = monitor.verify().await;

@@ -343,6 +343,30 @@ async fn a_lock_stops_replays_and_waits_too() {
 }
 
 #[tokio::test]
+async fn a_revoked_grant_stops_replays_of_what_it_allowed() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let mut admin = monitor.admin().await;
+    let created =
+        admin.create_grant(grant("alice", &["fs.write"], "dir:/srv/shared", 3600)).await.unwrap().into_inner();
+    let keyed = ActionRequest::write_file("/srv/shared/report.md").request_id("write-1");
+    let allowed = harness.authorize(&alice(), keyed.clone()).await.unwrap();
+    assert_eq!((allowed.outcome, allowed.grant_ids.clone()), (Outcome::Allow, vec![created.grant_id.clone()]));
+    // While the grant stands, the same id is the same answer, not a new record.
+    let records = monitor.audit().await.len();
+    assert_eq!(harness.authorize(&alice(), keyed.clone()).await.unwrap(), allowed);
+    assert_eq!(monitor.audit().await.len(), records);
+
+    admin.revoke_grant(pb::RevokeGrantRequest { grant_id: created.grant_id }).await.unwrap();
+    let again = harness.authorize(&alice(), keyed.clone()).await.unwrap();
+    assert_eq!(again.outcome, Outcome::Deny, "decided afresh: {:?}", again.reasons);
+    let last = monitor.audit().await.last().cloned().unwrap();
+    assert_eq!((last.seq, last.outcome), (again.audit_seq, pb::Outcome::Deny as i32));
+    // And that denial is what the id now replays.
+    assert_eq!(harness.authorize(&alice(), keyed).await.unwrap(), again);
+}
+
+#[tokio::test]
 async fn a_window_over_a_parent_needs_an_approver_of_every_group() {
     let monitor = TestMonitor::start().await;
     let harness = monitor.harness().await;
