@@ -252,7 +252,7 @@ impl pb::admin_server::Admin for AdminService {
         let message = request.into_inner();
         let count = if message.count == 0 { DEFAULT_TAIL } else { message.count };
         // Subscribe before reading, so that nothing falls between the two.
-        let mut live = self.monitor.store().subscribe();
+        let mut live = self.monitor.store().durable_updates();
         let mut next = self.monitor.audit_start(u64::from(count), message.all)?;
         let store = self.monitor.store().clone();
         let (tx, rx) = tokio::sync::mpsc::channel(256);
@@ -284,9 +284,8 @@ impl pb::admin_server::Admin for AdminService {
                     return;
                 }
                 tokio::select! {
-                    received = live.recv() => match received {
-                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    changed = live.changed() => if changed.is_err() {
+                        return;
                     },
                     () = shutdown.stopped() => {
                         let _ = tx.send(Err(Status::unavailable("the monitor is shutting down"))).await;

@@ -37,26 +37,44 @@ struct Bucket {
     tokens: f64,
     last: Instant,
     limited: bool,
+    /// The rate it was last taken at (rates differ by credential).
+    rate: Rate,
 }
 
 /// Buckets by key (`harness:NAME`, `session:ID`).
 #[derive(Debug, Default)]
 pub struct Limiter {
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<Buckets>,
 }
 
-/// Buckets kept before idle full ones are dropped.
+#[derive(Debug, Default)]
+struct Buckets {
+    by_key: HashMap<String, Bucket>,
+    /// The count at which buckets that have refilled are next dropped.
+    sweep_at: usize,
+}
+
+/// Buckets kept before those that have refilled are dropped.
 const KEEP: usize = 100_000;
 
 impl Limiter {
     /// Takes one token from `key`'s bucket, or says how long to wait.
     pub fn take(&self, key: &str, rate: Rate, now: Instant) -> Result<(), Limited> {
         let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if buckets.len() > KEEP {
-            buckets.retain(|_, b| b.tokens < f64::from(rate.burst) || b.limited);
+        let Buckets { by_key, sweep_at } = &mut *buckets;
+        if by_key.len() > (*sweep_at).max(KEEP) {
+            // A bucket that has refilled to its burst is the same as none.
+            by_key.retain(|_, b| {
+                let refilled = b.tokens + now.saturating_duration_since(b.last).as_secs_f64() * b.rate.per_second;
+                refilled < f64::from(b.rate.burst.max(1))
+            });
+            // When most are still draining, the next sweep waits until the
+            // map has doubled: a sweep per request would cost O(keys) each.
+            *sweep_at = by_key.len().saturating_mul(2);
         }
         let burst = f64::from(rate.burst.max(1));
-        let bucket = buckets.entry(key.to_owned()).or_insert(Bucket { tokens: burst, last: now, limited: false });
+        let bucket = by_key.entry(key.to_owned()).or_insert(Bucket { tokens: burst, last: now, limited: false, rate });
+        bucket.rate = rate;
         let elapsed = now.saturating_duration_since(bucket.last).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * rate.per_second).min(burst);
         bucket.last = now;
@@ -91,5 +109,34 @@ mod tests {
         assert!(limiter.take("k", rate, start + Duration::from_millis(101)).is_ok());
         // Other keys have their own bucket.
         assert!(limiter.take("other", rate, start).is_ok());
+    }
+
+    #[test]
+    fn refilled_buckets_are_dropped_and_draining_ones_kept_without_a_sweep_per_call() {
+        let limiter = Limiter::default();
+        let rate = Rate { per_second: 1.0, burst: 2 };
+        let start = Instant::now();
+        for n in 0..=KEEP {
+            limiter.take(&format!("k{n}"), rate, start).unwrap();
+            limiter.take(&format!("k{n}"), rate, start).unwrap();
+        }
+        // Nothing has refilled yet: all are kept, and the next sweep waits.
+        limiter.take("hot", rate, start).unwrap();
+        {
+            let buckets = limiter.buckets.lock().unwrap();
+            assert_eq!(buckets.by_key.len(), KEEP + 2);
+            assert_eq!(buckets.sweep_at, 2 * (KEEP + 1));
+        }
+        limiter.take("hot", rate, start).unwrap();
+        assert!(limiter.take("hot", rate, start).is_err());
+        // Ten seconds on, those have refilled: once the map has doubled, the
+        // sweep drops them and keeps the new ones, still draining.
+        let later = start + Duration::from_secs(10);
+        for n in 0..KEEP + 2 {
+            limiter.take(&format!("new{n}"), rate, later).unwrap();
+        }
+        let buckets = limiter.buckets.lock().unwrap();
+        assert_eq!(buckets.by_key.len(), KEEP + 2);
+        assert!(!buckets.by_key.contains_key("k0") && !buckets.by_key.contains_key("hot"));
     }
 }

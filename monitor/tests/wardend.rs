@@ -26,6 +26,7 @@ struct Wardend {
 impl Wardend {
     fn start(data: &Path, policies: &Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wardend"))
+            .env_remove("MIMALLOC_PURGE_DELAY")
             .args(["--listen", "127.0.0.1:0", "--data"])
             .arg(data)
             .arg("--policies")
@@ -94,6 +95,10 @@ async fn first_start_creates_tokens_and_sigterm_stops_cleanly() {
     assert!(!credentials.contains(token.trim()), "only hashes are stored");
     assert!(credentials.contains(r#"users = ["*"]"#), "{credentials}");
 
+    // It runs itself again, in the same process, to give freed memory back
+    // at once (see main.rs).
+    let environ = std::fs::read(format!("/proc/{}/environ", wardend.child.id())).unwrap();
+    assert!(environ.split(|&b| b == 0).any(|v| v == b"MIMALLOC_PURGE_DELAY=0"));
     let first = decide(&endpoint, token.trim()).await;
     assert_eq!((first.outcome, first.audit_seq), (Outcome::Allow, 1));
     assert!(wardend.terminate().success(), "SIGTERM is a clean stop");
