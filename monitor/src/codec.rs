@@ -128,6 +128,9 @@ impl Decoder<'_> {
         for shift in (0..64).step_by(7) {
             let [byte] = self.take(1, what)? else { return Err(CodecError(format!("truncated in {what}"))) };
             let byte = *byte;
+            if shift == 63 && byte > 1 {
+                return Err(CodecError(format!("length too long in {what}")));
+            }
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
                 return Ok(value);
@@ -263,6 +266,11 @@ mod tests {
         bytes.push(0);
         bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
         assert!(decode::<Sample>(&bytes).is_err());
+        // A length whose tenth byte overflows 64 bits.
+        let mut bytes = vec![FORMAT];
+        bytes.extend_from_slice(&[0; 17]);
+        bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
+        assert!(decode::<Sample>(&bytes).unwrap_err().0.contains("too long"));
         // Invalid UTF-8 in a string.
         let mut bytes = vec![FORMAT];
         bytes.extend_from_slice(&[0; 16]);

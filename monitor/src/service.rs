@@ -468,7 +468,9 @@ impl Monitor {
                 other => return Err(unexpected(other)),
             };
             if self.grants_active(&earlier.grant_ids, decided.now_ns) {
-                return self.current(earlier).await;
+                // A lock that came while the commit waited for its batch
+                // still stops an ALLOW.
+                return Ok(self.unless_locked(actor, self.current(earlier).await?));
             }
             replay = false;
         }

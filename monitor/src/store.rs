@@ -50,9 +50,10 @@ fn request_slot(unix_ns: i64) -> usize {
 }
 
 /// sled's page cache, in bytes. sled's own memory is several times this
-/// (its in-memory nodes are larger than their size on disk); 16 MiB and
+/// (its in-memory nodes are larger than their size on disk). 16 MiB and
 /// 4 MiB decided equally fast in `warden-bench`, 4 MiB with 10–23 MiB less
-/// resident.
+/// resident; 8 MiB leaves room for the hot pages of larger idempotency and
+/// session trees than the bench makes.
 const CACHE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Approval changes kept for watchers that are behind.
@@ -1046,7 +1047,9 @@ impl Store {
     /// it changes when records become durable, which are then read from
     /// the trees ([`Store::audit_from`]).
     pub fn durable_updates(&self) -> watch::Receiver<u64> {
-        self.flushed.clone()
+        let mut updates = self.flushed.clone();
+        updates.mark_unchanged();
+        updates
     }
 
     /// Approval changes from now on, after they are flushed.
@@ -1504,7 +1507,12 @@ impl SyncLoop {
     /// the approval changes to their watchers.
     fn answer(&self, batches: Vec<Appended>) {
         if let Some(last) = batches.last() {
-            let _ = self.flushed.send(last.seq);
+            // Only a new head wakes followers (a batch of replays adds none).
+            self.flushed.send_if_modified(|durable| {
+                let moved = *durable != last.seq;
+                *durable = last.seq;
+                moved
+            });
         }
         for Appended { answers, writes, .. } in batches {
             for (reply, committed) in answers {
