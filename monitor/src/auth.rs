@@ -267,16 +267,7 @@ mod tests {
     use super::*;
 
     fn config(name: &str, role: Role, token: &str, users: &[&str]) -> CredentialConfig {
-        CredentialConfig {
-            name: name.into(),
-            role,
-            token_sha256: hex::encode(hash_token(token)),
-            cert_sha256: None,
-            users: users.iter().map(|u| (*u).to_owned()).collect(),
-            groups: vec![],
-            rate_per_second: None,
-            burst: None,
-        }
+        CredentialConfig { groups: vec![], ..CredentialConfig::for_token(name, role, token, users) }
     }
 
     #[test]

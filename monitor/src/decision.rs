@@ -691,7 +691,7 @@ struct PrincipalSide {
     /// User, agent and their ancestors, closed.
     entities: Entities,
     /// User, agent and their ancestors: the session's parents.
-    parents: BTreeSet<EntityUid>,
+    parents: HashSet<EntityUid>,
 }
 
 impl PrincipalCache {
@@ -727,9 +727,9 @@ fn add_known(
     bare_parents: &[EntityUid],
     out: &mut HashMap<EntityUid, Entity>,
     known: Option<&Entities>,
-) -> BTreeSet<EntityUid> {
+) -> HashSet<EntityUid> {
     let file = &snapshot.entities;
-    let mut ancestors: BTreeSet<EntityUid> = BTreeSet::new();
+    let mut ancestors: HashSet<EntityUid> = HashSet::new();
     if let Some(found) = file.ancestors(&uid) {
         ancestors.extend(found.cloned());
     }
@@ -777,9 +777,8 @@ fn request_entities(
         ("harness".to_owned(), RestrictedExpression::new_string(facts.harness.clone())),
         ("owner".to_owned(), RestrictedExpression::new_entity_uid(uid(&types.user, &actor.user))),
     ]);
-    let principal_ancestors: HashSet<EntityUid> = side.parents.iter().cloned().collect();
     let session_uid = uid(&types.session, &actor.session);
-    let session = Entity::new(session_uid.clone(), session_attrs, principal_ancestors.clone())
+    let session = Entity::new(session_uid.clone(), session_attrs, side.parents.clone())
         .map_err(|e| format!("cannot build the session entity: {e}"))?;
     out.insert(session_uid.clone(), session);
 
@@ -787,7 +786,7 @@ fn request_entities(
     let (ancestor_ids, attrs) = resource_shape(&request.resource);
     // The chain nearest first: each ancestor's parents are the ones after it.
     let chain: Vec<EntityUid> = ancestor_ids.iter().map(|id| uid(ancestor_type, id)).collect();
-    let mut parents = BTreeSet::new();
+    let mut parents = HashSet::new();
     for (at, ancestor) in chain.iter().enumerate() {
         let above = chain.get(at + 1..).unwrap_or_default();
         parents.extend(add_known(snapshot, ancestor.clone(), above, &mut out, known));
@@ -800,8 +799,7 @@ fn request_entities(
             parents.extend(add_known(snapshot, ancestor, &[], &mut out, known));
         }
     }
-    let resource_ancestors: HashSet<EntityUid> = parents.iter().cloned().collect();
-    let resource = Entity::new(resource_uid.clone(), attrs, parents.into_iter().collect())
+    let resource = Entity::new(resource_uid.clone(), attrs, parents.clone())
         .map_err(|e| format!("cannot build the resource entity: {e}"))?;
     // The session and the resource built here are what Cedar sees under
     // their ids, whatever entities.json says.
@@ -825,7 +823,7 @@ fn request_entities(
         side.entities.clone().add_entities(out.into_values(), None)
     }
     .map_err(|e| format!("cannot build the request's entities: {e}"))?;
-    Ok((entities, Ancestors { principal: principal_ancestors, resource: resource_ancestors }))
+    Ok((entities, Ancestors { principal: side.parents.clone(), resource: parents }))
 }
 
 /// The ancestor ids (nearest first) and the attributes of a resource.

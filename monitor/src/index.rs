@@ -15,8 +15,8 @@ use cedar_policy::{
 
 use crate::decision::Ancestors;
 
-/// An action and the positions of the policies in its slice.
-type SliceKey = (String, Vec<u32>);
+/// The positions (in [`PolicyIndex::scoped`]) of the policies in a slice.
+type SliceKey = Vec<u32>;
 
 /// Slices kept before the cache starts over. Each holds its own copies of
 /// a few policies (about 2 KiB each in Cedar's form): 1,024 bound the cache
@@ -157,13 +157,12 @@ impl PolicyIndex {
                     && s.resource.matches(resource, &ancestors.resource)
             })
         });
-        let key = (action.to_owned(), positions);
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(found) = cache.get(&key) {
+        if let Some(found) = cache.get(&positions) {
             return Arc::clone(found);
         }
         let mut set = PolicySet::new();
-        for &at in &key.1 {
+        for &at in &positions {
             if let Some(s) = scoped.get(at as usize) {
                 // Ids are unique in the snapshot, so adding cannot clash.
                 let _ = set.add(s.policy.clone());
@@ -173,7 +172,7 @@ impl PolicyIndex {
         if cache.len() >= CACHE {
             cache.clear();
         }
-        cache.insert(key, Arc::clone(&set));
+        cache.insert(positions, Arc::clone(&set));
         set
     }
 }

@@ -70,8 +70,8 @@ struct Flags {
 /// mimalloc keeps freed memory for a purge delay (1 s) before it gives it
 /// back, and purges only while allocating. An idle monitor would keep what
 /// its last burst freed: 20–25 MiB more resident after a run at 32
-/// concurrent callers with 10,000 policies and 10,000 grants (193 against
-/// 213 MiB), for no speed that `warden-bench` could measure.
+/// concurrent callers with 10,000 policies and 10,000 grants (191–193
+/// against 213 MiB), for no speed that `warden-bench` could measure.
 const PURGE_DELAY_ENV: &str = "MIMALLOC_PURGE_DELAY";
 
 /// mimalloc reads its options from the environment when the process
@@ -186,7 +186,10 @@ async fn serve(settings: Settings, tls: Option<TlsPem>, flags_socket: Option<Pat
         },
         monitor: MonitorConfig {
             policy_dir: settings.policies.clone(),
-            decision: DecisionConfig { default_approval_timeout: settings.default_approval_timeout, use_index: true },
+            decision: DecisionConfig {
+                default_approval_timeout: settings.default_approval_timeout,
+                ..DecisionConfig::default()
+            },
             max_grant: settings.max_grant_duration,
             clock: system_clock(),
             session_rate: settings.session_rate,

@@ -888,18 +888,6 @@ impl Store {
         flushed.wait_for(|durable| *durable >= seq).await.map(|_| ()).map_err(|_| StoreError::WriterGone)
     }
 
-    /// The decision remembered for `(harness, request_id)` that can still
-    /// be replayable at `now_unix_ns` (older ones may be gone). `Authorize`
-    /// does not call this: the writer looks the key up when it appends.
-    pub fn remembered(
-        &self,
-        harness: &str,
-        request_id: &str,
-        now_unix_ns: i64,
-    ) -> Result<Option<Remembered>, StoreError> {
-        self.trees.remembered(&request_key(harness, request_id), now_unix_ns, false)
-    }
-
     /// Empties the idempotency slot that the next replay window will use
     /// (records at least a window older than any replayable one), once per
     /// window and only in the first half of a window, so that it is done
@@ -1792,6 +1780,19 @@ pub fn verify_chain<E: std::fmt::Display>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Store {
+        /// The decision remembered for `(harness, request_id)` that can
+        /// still be replayable at `now_unix_ns`, as a lookup sees it.
+        fn remembered(
+            &self,
+            harness: &str,
+            request_id: &str,
+            now_unix_ns: i64,
+        ) -> Result<Option<Remembered>, StoreError> {
+            self.trees.remembered(&request_key(harness, request_id), now_unix_ns, false)
+        }
+    }
 
     #[test]
     fn decision_records_round_trip_through_the_binary_form() {
