@@ -16,7 +16,7 @@ use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
 use crate::service::{
-    CallError, GrantRequest, LockOutcome, LockTarget, Monitor, PolicyStatusView, Resolution, SessionView,
+    CallError, GrantRequest, LockOutcome, LockTarget, Monitor, PolicyStatusView, PreviewInput, Resolution, SessionView,
 };
 use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
 
@@ -222,6 +222,18 @@ impl pb::authority_server::Authority for AuthorityService {
             tracing::Instrument::instrument(self.monitor.await_decision(&caller, &message.approval_id, timeout), span)
                 .await?;
         Ok(Response::new(decision_to_proto(decision)))
+    }
+
+    async fn preview(&self, request: Request<pb::PreviewRequest>) -> Result<Response<pb::PreviewResponse>, Status> {
+        let caller = caller(&request)?;
+        let message = request.into_inner();
+        let span = tracing::info_span!("Preview", caller = %caller.name, resources = message.resources.len());
+        let input = preview_input(message).map_err(CallError::from)?;
+        let preview = tracing::Instrument::instrument(self.monitor.preview(&caller, input), span).await?;
+        Ok(Response::new(pb::PreviewResponse {
+            outcomes: preview.outcomes.into_iter().map(|o| outcome_to_proto(o) as i32).collect(),
+            policy_version: preview.policy_version,
+        }))
     }
 }
 
@@ -662,19 +674,47 @@ fn input_to_proto(input: RequestInput) -> pb::AuthorizeRequest {
     }
 }
 
+const RESOURCE_REQUIRED: &str = "is required: one of file, command, http, secret, tool";
+
+fn resource_input(kind: pb::resource::Kind) -> ResourceInput {
+    use pb::resource::Kind as K;
+    match kind {
+        K::File(f) => ResourceInput::File { path: f.path, cwd: f.cwd },
+        K::Command(c) => ResourceInput::Command { argv: c.argv, cwd: c.cwd },
+        K::Http(h) => ResourceInput::Http { method: h.method, url: h.url },
+        K::Secret(s) => ResourceInput::Secret { name: s.name },
+        K::Tool(t) => ResourceInput::Tool { server: t.server, name: t.name, arguments_json: t.arguments_json },
+    }
+}
+
+/// Converts a `PreviewRequest` into the domain's input, naming missing fields.
+pub fn preview_input(message: pb::PreviewRequest) -> Result<PreviewInput, InvalidInput> {
+    let actor = message.actor.ok_or_else(|| InvalidInput::new("actor", "is required"))?;
+    let resources = message
+        .resources
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.kind.map(resource_input).ok_or_else(|| InvalidInput::new(format!("resources[{i}]"), RESOURCE_REQUIRED))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(PreviewInput {
+        actor: Actor { user: actor.user, agent: actor.agent, session: actor.session },
+        action: message.action,
+        resources,
+    })
+}
+
 /// Converts an `AuthorizeRequest` into the domain's input, naming missing fields.
 pub fn request_input(message: pb::AuthorizeRequest) -> Result<RequestInput, InvalidInput> {
     let actor = message.actor.ok_or_else(|| InvalidInput::new("actor", "is required"))?;
     use pb::authorize_request::Resource as R;
-    let resource = match message
-        .resource
-        .ok_or_else(|| InvalidInput::new("resource", "is required: one of file, command, http, secret, tool"))?
-    {
-        R::File(f) => ResourceInput::File { path: f.path, cwd: f.cwd },
-        R::Command(c) => ResourceInput::Command { argv: c.argv, cwd: c.cwd },
-        R::Http(h) => ResourceInput::Http { method: h.method, url: h.url },
-        R::Secret(s) => ResourceInput::Secret { name: s.name },
-        R::Tool(t) => ResourceInput::Tool { server: t.server, name: t.name, arguments_json: t.arguments_json },
+    let resource = match message.resource.ok_or_else(|| InvalidInput::new("resource", RESOURCE_REQUIRED))? {
+        R::File(f) => resource_input(pb::resource::Kind::File(f)),
+        R::Command(c) => resource_input(pb::resource::Kind::Command(c)),
+        R::Http(h) => resource_input(pb::resource::Kind::Http(h)),
+        R::Secret(s) => resource_input(pb::resource::Kind::Secret(s)),
+        R::Tool(t) => resource_input(pb::resource::Kind::Tool(t)),
     };
     Ok(RequestInput {
         request_id: message.request_id,

@@ -90,6 +90,30 @@ pub struct Resolution {
     pub request_hash: String,
 }
 
+/// Most resources one `Preview` call may ask about.
+pub const MAX_PREVIEW_RESOURCES: usize = 1024;
+
+/// One actor and action on several resources: what `Authorize` would answer
+/// for each, asked without acting.
+#[derive(Debug, Clone)]
+pub struct PreviewInput {
+    /// Who would act.
+    pub actor: Actor,
+    /// The Cedar action id.
+    pub action: String,
+    /// The resources, as `Authorize` takes them.
+    pub resources: Vec<ResourceInput>,
+}
+
+/// The answer to a `Preview`: one outcome per resource, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviewOutcomes {
+    /// One per resource asked about.
+    pub outcomes: Vec<Outcome>,
+    /// The policies that decided.
+    pub policy_version: String,
+}
+
 /// The clock the monitor decides by; tests move it.
 pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
 
@@ -408,7 +432,7 @@ impl Monitor {
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
         let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
         if evaluation.outcome == Outcome::Pending {
-            let waiting = self.store.pending_count(&request.actor.session)?;
+            let waiting = self.store.pending_count(&request.actor.session, unix_ns(now))?;
             if waiting >= self.config.max_pending_per_session {
                 evaluation = Evaluation::deny(
                     evaluation.policy_ids,
@@ -474,6 +498,97 @@ impl Monitor {
             }
             replay = false;
         }
+    }
+
+    /// What [`Monitor::authorize`] would answer now for the actor and action
+    /// on each resource, with a fresh request id: the same checks (the
+    /// credential's users, rate limits, validation, the session's owner,
+    /// lockdown, grants, labels, the cap on waiting approvals) and the same
+    /// decision, but no side effect: no label is added, no approval waits,
+    /// no idempotency record is kept. One audit record (`preview`) lists
+    /// every resource and its outcome, and is durable before the answer.
+    pub async fn preview(&self, caller: &Caller, input: PreviewInput) -> Result<PreviewOutcomes, CallError> {
+        if !caller.may_act_for(&input.actor.user) {
+            return Err(CallError::PermissionDenied(format!(
+                "credential `{}` may not act for user `{}`",
+                caller.name, input.actor.user
+            )));
+        }
+        if input.resources.len() > MAX_PREVIEW_RESOURCES {
+            return Err(InvalidInput::new(
+                "resources",
+                format!("has {} entries (at most {MAX_PREVIEW_RESOURCES})", input.resources.len()),
+            )
+            .into());
+        }
+        self.rate_limit(caller, &input.actor).await?;
+        let requests = input
+            .resources
+            .into_iter()
+            .enumerate()
+            .map(|(i, resource)| {
+                let one = RequestInput {
+                    request_id: String::new(),
+                    actor: input.actor.clone(),
+                    action: input.action.clone(),
+                    resource,
+                    justification: String::new(),
+                    context_json: String::new(),
+                };
+                normalize(&one).map_err(|e| match e.field.strip_prefix("resource") {
+                    Some(rest) => InvalidInput { field: format!("resources[{i}]{rest}"), message: e.message },
+                    None => e,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let now = self.now();
+        let (snapshot, facts) = self.facts(&input.actor, &caller.name)?;
+        let mut waiting = None;
+        let mut results = Vec::with_capacity(requests.len());
+        for request in &requests {
+            let mut evaluation = decide(&snapshot, request, &facts, now, &self.config.decision)?;
+            if evaluation.outcome == Outcome::Pending {
+                let count = match waiting {
+                    Some(count) => count,
+                    None => *waiting.insert(self.store.pending_count(&input.actor.session, unix_ns(now))?),
+                };
+                if count >= self.config.max_pending_per_session {
+                    evaluation = Evaluation::deny(evaluation.policy_ids, vec![]);
+                }
+            }
+            results.push((request, evaluation));
+        }
+        // Authorize answers ALLOW only if no lock came while its record was
+        // written; the same holds here.
+        let locked = self.lock_of(&input.actor.session, &input.actor.user, &input.actor.agent).is_some();
+        let outcomes: Vec<Outcome> = results
+            .iter()
+            .map(|(_, e)| if locked && e.outcome == Outcome::Allow { Outcome::Deny } else { e.outcome })
+            .collect();
+        let listed: Vec<serde_json::Value> = results
+            .iter()
+            .zip(&outcomes)
+            .map(|((request, evaluation), outcome)| {
+                serde_json::json!({
+                    "resource": request.resource.display_uid(),
+                    "outcome": outcome.as_str(),
+                    "policy_ids": evaluation.policy_ids,
+                })
+            })
+            .collect();
+        let entry = AuditEntry {
+            time_unix_ns: unix_ns(now),
+            kind: "preview".into(),
+            caller: caller.name.clone(),
+            actor: Some(input.actor.clone()),
+            action: input.action.clone(),
+            resource: format!("{} resources", requests.len()),
+            request: serde_json::to_string(&listed).unwrap_or_default(),
+            policy_version: snapshot.version.clone(),
+            ..AuditEntry::default()
+        };
+        self.store.commit(Commit::record(entry)).await?;
+        Ok(PreviewOutcomes { outcomes, policy_version: snapshot.version.clone() })
     }
 
     /// A remembered decision as it stands now (a PENDING one whose approval

@@ -967,14 +967,21 @@ impl Store {
         self.pending_until(i64::MAX)
     }
 
-    /// How many approvals of `session` are pending.
-    pub fn pending_count(&self, session: &str) -> Result<usize, StoreError> {
+    /// How many approvals of `session` are still waiting at `now_unix_ns`:
+    /// one past its deadline no longer counts, whether or not the sweeper
+    /// has expired it yet (so the answer does not depend on the sweeper's
+    /// timing). Entries written before deadlines were kept here count.
+    pub fn pending_count(&self, session: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
         let mut prefix = session.as_bytes().to_vec();
         prefix.push(0);
         let mut count = 0;
         for item in self.trees.pending_sessions.scan_prefix(prefix) {
-            item?;
-            count += 1;
+            let (_, deadline) = item?;
+            let waiting = match <[u8; 8]>::try_from(deadline.as_ref()) {
+                Ok(bytes) => i64::from_be_bytes(bytes) > now_unix_ns,
+                Err(_) => true,
+            };
+            count += usize::from(waiting);
         }
         Ok(count)
     }
@@ -1554,7 +1561,7 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
             by_session.extend_from_slice(approval.approval_id.as_bytes());
             if approval.state == ApprovalState::Pending {
                 ops.push(put(tree_no::PENDING, &key, Vec::new()));
-                ops.push(put(tree_no::PENDING_SESSIONS, &by_session, Vec::new()));
+                ops.push(put(tree_no::PENDING_SESSIONS, &by_session, approval.expires_unix_ns.to_be_bytes().to_vec()));
             } else {
                 ops.push(remove(tree_no::PENDING, &key));
                 ops.push(remove(tree_no::PENDING_SESSIONS, &by_session));

@@ -62,8 +62,16 @@ pub enum Error {
     Protocol(String),
 }
 
+impl Error {
+    /// Whether the monitor may answer if asked again soon (it is
+    /// restarting, or a call timed out); every other error is final.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Status(status) if is_transient(status))
+    }
+}
+
 /// ALLOW, DENY or PENDING.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// The action may go ahead.
     Allow,
@@ -100,16 +108,30 @@ pub struct Decision {
     pub note: String,
 }
 
+fn outcome_from_proto(value: i32) -> Result<Outcome, Error> {
+    match pb::Outcome::try_from(value) {
+        Ok(pb::Outcome::Allow) => Ok(Outcome::Allow),
+        Ok(pb::Outcome::Deny) => Ok(Outcome::Deny),
+        Ok(pb::Outcome::Pending) => Ok(Outcome::Pending),
+        _ => Err(Error::Protocol(format!("outcome {value} is not ALLOW, DENY or PENDING"))),
+    }
+}
+
+/// What [`Client::preview`] answers: what `Authorize` would answer now for
+/// each resource, in the order asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// One per resource.
+    pub outcomes: Vec<Outcome>,
+    /// The policy version that decided.
+    pub policy_version: String,
+}
+
 impl TryFrom<pb::Decision> for Decision {
     type Error = Error;
 
     fn try_from(d: pb::Decision) -> Result<Self, Error> {
-        let outcome = match pb::Outcome::try_from(d.outcome) {
-            Ok(pb::Outcome::Allow) => Outcome::Allow,
-            Ok(pb::Outcome::Deny) => Outcome::Deny,
-            Ok(pb::Outcome::Pending) => Outcome::Pending,
-            _ => return Err(Error::Protocol(format!("outcome {} is not ALLOW, DENY or PENDING", d.outcome))),
-        };
+        let outcome = outcome_from_proto(d.outcome)?;
         let expires_at = d.expires_at.and_then(|t| {
             let secs = u64::try_from(t.seconds).ok()?;
             let nanos = u32::try_from(t.nanos).ok()?;
@@ -368,6 +390,21 @@ impl Client {
         Ok(Self::with_channel(channel, BearerToken::new(token)?))
     }
 
+    /// Like [`Client::connect`], but connects at the first call, not now: a
+    /// gate can start while the monitor is down, and refuses (fails closed)
+    /// until it is up. Unix-socket endpoints connect now.
+    pub async fn connect_lazy(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
+        let endpoint = endpoint.into();
+        if endpoint.starts_with("unix:") {
+            return Self::connect(endpoint, token).await;
+        }
+        let channel = Endpoint::from_shared(endpoint.clone())
+            .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        Ok(Self::with_channel(channel, BearerToken::new(token)?))
+    }
+
     /// Uses an existing channel.
     pub fn with_channel(channel: Channel, token: BearerToken) -> Self {
         Self { authority: AuthorityClient::with_interceptor(channel, token), timeout: DEFAULT_TIMEOUT }
@@ -410,6 +447,50 @@ impl Client {
         })
         .await
         .and_then(|response| Decision::try_from(response.into_inner()))
+    }
+
+    /// What `Authorize` would answer now for `actor` doing `action` on each
+    /// resource, with no side effect on the monitor (no label, no approval,
+    /// no idempotency record; one audit record for the call). For filtering
+    /// what an agent is shown, never for letting an action through: a gate
+    /// still calls `authorize` (or `check`) before the effect. Retries while
+    /// the monitor is unavailable, like `authorize`.
+    pub async fn preview(
+        &self,
+        actor: &Actor,
+        action: impl Into<String>,
+        resources: impl IntoIterator<Item = pb::resource::Kind>,
+    ) -> Result<Preview, Error> {
+        let message = pb::PreviewRequest {
+            actor: Some(pb::Actor {
+                user: actor.user.clone(),
+                agent: actor.agent.clone(),
+                session: actor.session.clone(),
+            }),
+            action: action.into(),
+            resources: resources.into_iter().map(|kind| pb::Resource { kind: Some(kind) }).collect(),
+        };
+        let asked = message.resources.len();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let response = retrying(deadline, || {
+            let mut authority = self.authority.clone();
+            let message = message.clone();
+            async move {
+                let mut call = tonic::Request::new(message);
+                call.set_timeout(self.timeout);
+                authority.preview(call).await
+            }
+        })
+        .await?
+        .into_inner();
+        if response.outcomes.len() != asked {
+            return Err(Error::Protocol(format!(
+                "asked about {asked} resources and got {} outcomes",
+                response.outcomes.len()
+            )));
+        }
+        let outcomes = response.outcomes.into_iter().map(outcome_from_proto).collect::<Result<_, _>>()?;
+        Ok(Preview { outcomes, policy_version: response.policy_version })
     }
 
     /// Waits up to `timeout` for an approval; returns the decision, still

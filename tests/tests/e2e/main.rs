@@ -12,6 +12,7 @@ mod grants;
 mod invalid_input;
 mod limits;
 mod policies;
+mod preview;
 mod reload;
 mod services;
 mod support;
