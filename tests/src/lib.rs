@@ -1,1 +1,9 @@
-//! End-to-end tests of Warden live in `tests/`; this library is empty.
+//! Support for Warden's end-to-end tests (the tests themselves are in `tests/e2e/`).
+//!
+//! - [`model_server`]: `ScriptedModel`, a scripted Anthropic Messages API on loopback.
+//! - [`claude_code`]: finding the real Claude Code CLI and running it against a `ScriptedModel`, no network.
+
+#![deny(missing_docs)]
+
+pub mod claude_code;
+pub mod model_server;

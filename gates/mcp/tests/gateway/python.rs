@@ -1,0 +1,216 @@
+//! The official Python MCP client through the gateway.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::*;
+
+fn text(line: &serde_json::Value) -> &str {
+    line["text"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn over_stdio_a_client_sees_allowed_tools_and_policy_reasons_and_the_server_sees_only_what_was_allowed() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("upstream.log");
+    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
+    args.extend(logged_everything(&node, &script, &log));
+    let plan = json!({
+        "transport": "stdio", "command": gateway(), "args": args,
+        "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 30,
+        "steps": [
+            {"op": "list_tools"},
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "hello through warden"}},
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "my secret"}},
+            {"op": "call_tool", "name": "get-env", "arguments": {}},
+            {"op": "call_tool", "name": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 2}, "progress": true},
+            {"op": "read_resource", "uri": "demo://resource/static/document/architecture.md"},
+            {"op": "list_prompts"},
+            {"op": "get_prompt", "name": "args-prompt", "arguments": {"city": "Paris"}},
+        ]
+    });
+    let lines = run_plan(&python, &plan).await;
+
+    // tools/list: the forbidden tool is hidden; the approvable one is shown.
+    let tools: Vec<&str> =
+        step(&lines, "list_tools", 0)["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(tools.contains(&"echo") && tools.contains(&"get-sum"), "{tools:?}");
+    assert!(!tools.contains(&"get-env"), "a tool the actor may never call is not shown: {tools:?}");
+
+    let allowed = step(&lines, "call_tool", 0);
+    assert_eq!(allowed["is_error"], false, "{allowed}");
+    assert_eq!(text(allowed), "Echo: hello through warden");
+
+    // Denials are tool results the model can read, naming policy and reason.
+    let denied = step(&lines, "call_tool", 1);
+    assert_eq!(denied["is_error"], true, "{denied}");
+    assert!(text(denied).contains("everything.no-secret-echo"), "{denied}");
+    assert!(text(denied).contains("echoing anything that mentions a secret is forbidden"), "{denied}");
+    let hidden = step(&lines, "call_tool", 2);
+    assert_eq!(hidden["is_error"], true, "calling a hidden tool by name is still denied: {hidden}");
+    assert!(text(hidden).contains("everything.no-env"), "{hidden}");
+
+    // Progress of the upstream reaches the client under the client's token.
+    let long = step(&lines, "call_tool", 3);
+    assert_eq!(long["is_error"], false, "{long}");
+    assert!(!long["progress"].as_array().unwrap().is_empty(), "{long}");
+
+    // resources/read is decided as mcp.read, then passed through; prompts pass through.
+    assert!(text(step(&lines, "read_resource", 0)).contains("Architecture"), "{lines:#?}");
+    assert!(step(&lines, "list_prompts", 0)["prompts"].as_array().unwrap().iter().any(|p| p == "args-prompt"));
+    assert!(step(&lines, "get_prompt", 0).to_string().contains("Paris"));
+
+    // What reached the server: the allowed call with exactly its arguments,
+    // never the denied ones.
+    let received = std::fs::read_to_string(&log).unwrap();
+    assert!(received.contains(r#""message":"hello through warden""#), "{received}");
+    assert!(!received.contains("my secret"), "a denied call reached the server: {received}");
+    assert!(!received.contains("get-env\",\"arguments"), "a denied call reached the server");
+
+    // Every decision is in the audit log, the preview of the list included.
+    let audit = monitor.audit().await;
+    assert!(audit.iter().any(|r| r.kind == "preview" && r.action == "tool.call"));
+    let denials = audit.iter().filter(|r| r.kind == "decision" && r.outcome == 2).count();
+    assert_eq!(denials, 2, "{audit:#?}");
+    assert!(audit.iter().any(|r| r.action == "mcp.read" && r.outcome == 1));
+}
+
+#[tokio::test]
+async fn a_call_that_needs_approval_waits_with_progress_then_runs_or_reports_the_refusal() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("upstream.log");
+    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
+    args.extend(logged_everything(&node, &script, &log));
+    let plan = json!({
+        "transport": "stdio", "command": gateway(), "args": args,
+        "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60,
+        "steps": [
+            {"op": "call_tool", "name": "get-sum", "arguments": {"a": 20, "b": 22}, "progress": true},
+            {"op": "call_tool", "name": "get-sum", "arguments": {"a": 1, "b": 1}},
+        ]
+    });
+    let run = ClientRun::start(&python, &plan);
+    let approved = monitor.resolve_when_pending("get-sum", true, "").await;
+    assert_eq!(approved.state, warden_proto::v1::ApprovalState::Approved as i32);
+    let denied = monitor.resolve_when_pending("get-sum", false, "not today").await;
+    assert_eq!(denied.state, warden_proto::v1::ApprovalState::Denied as i32);
+    let lines = run.rest().await;
+
+    let first = step(&lines, "call_tool", 0);
+    assert_eq!(first["is_error"], false, "{first}");
+    assert!(text(first).contains("42"), "{first}");
+    let waiting = first["progress"].as_array().unwrap();
+    assert!(
+        waiting.iter().any(|p| p["message"].as_str().unwrap_or_default().contains("waiting for a person to approve")),
+        "{first}"
+    );
+    let second = step(&lines, "call_tool", 1);
+    assert_eq!(second["is_error"], true, "{second}");
+    assert!(text(second).contains("not today"), "the approver's note reaches the agent: {second}");
+    assert!(text(second).contains("everything.sum-needs-approval"), "{second}");
+
+    let received = std::fs::read_to_string(&log).unwrap();
+    assert!(received.contains(r#""a":20"#), "the approved call ran: {received}");
+    assert!(!received.contains(r#""a":1,"#), "the refused call never reached the server: {received}");
+}
+
+#[tokio::test]
+async fn while_warden_is_unreachable_nothing_is_listed_or_called() {
+    let Some(((node, script), python)) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("upstream.log");
+    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
+    args.extend(logged_everything(&node, &script, &log));
+    // Nothing listens on the port just freed.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let plan = json!({
+        "transport": "stdio", "command": gateway(), "args": args,
+        "env": gateway_env(&nowhere, "alice"), "timeout": 60,
+        "steps": [
+            {"op": "list_tools"},
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "unguarded"}},
+        ]
+    });
+    let lines = run_plan(&python, &plan).await;
+    let listed = step(&lines, "list_tools", 0);
+    assert!(listed["error"]["message"].as_str().unwrap_or_default().contains("did not answer"), "{listed}");
+    let called = step(&lines, "call_tool", 0);
+    assert_eq!(called["is_error"], true, "{called}");
+    assert!(text(called).contains(&format!("Warden at {nowhere} could not decide")), "{called}");
+    let received = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!received.contains("unguarded"), "{received}");
+}
+
+#[tokio::test]
+async fn an_upstream_that_dies_gives_an_error_not_a_hang() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    // The server lives for three seconds.
+    let upstream = format!("timeout 3 '{node}' '{script}' stdio");
+    let plan = json!({
+        "transport": "stdio", "command": gateway(), "args": ["--name", "everything", "--", "sh", "-c", upstream],
+        "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60,
+        "steps": [
+            {"op": "list_tools"},
+            {"op": "sleep", "seconds": 4},
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "anyone there"}},
+            {"op": "list_tools"},
+        ]
+    });
+    let started = Instant::now();
+    let lines = run_plan(&python, &plan).await;
+    assert!(step(&lines, "list_tools", 0)["tools"].as_array().is_some_and(|t| !t.is_empty()));
+    let called = step(&lines, "call_tool", 0);
+    assert!(called["error"]["message"].as_str().unwrap_or_default().contains("everything"), "{called}");
+    let listed = step(&lines, "list_tools", 1);
+    assert!(listed["error"].is_object(), "{listed}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_policy_change_tells_the_client_its_tool_list_changed() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "list_refresh_seconds = 1\n[[servers]]\nname = \"everything\"\ncommand = \"{node}\"\nargs = [\"{script}\", \"stdio\"]\n"
+        ),
+    )
+    .unwrap();
+    for version in ["2025-11-25", "2026-07-28"] {
+        let plan = json!({
+            "transport": "stdio", "command": gateway(), "args": ["--config", config],
+            "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60, "protocol_version": version,
+            "steps": [
+                {"op": "list_tools"},
+                {"op": "wait_stdin_line"},
+                {"op": "wait_notification", "method": "notifications/tools/list_changed", "timeout": 20},
+                {"op": "list_tools"},
+            ]
+        });
+        let mut run = ClientRun::start(&python, &plan);
+        let before = run.next().await;
+        assert!(before["tools"].as_array().unwrap().iter().any(|t| t == "echo"), "{before}");
+        // The security team forbids echo outright.
+        let policies = monitor.policies.path().join("test.cedar");
+        let forbid = "\n@id(\"no-echo\")\n@reason(\"no echo today\")\nforbid (principal, action, resource) when { resource is Tool && resource.name == \"echo\" };\n";
+        std::fs::write(&policies, format!("{EVERYTHING_POLICIES}{forbid}")).unwrap();
+        run.go_on().await;
+        let _ = run.next().await; // wait_stdin_line
+        let notified = run.next().await;
+        let after = run.next().await;
+        assert_eq!(notified["received"], true, "{version}: {notified}");
+        assert!(!after["tools"].as_array().unwrap().iter().any(|t| t == "echo"), "{version}: {after}");
+        drop(run);
+        std::fs::write(&policies, EVERYTHING_POLICIES).unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+}
