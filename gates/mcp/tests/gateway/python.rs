@@ -214,3 +214,135 @@ async fn a_policy_change_tells_the_client_its_tool_list_changed() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
 }
+
+/// A `warden-mcp --config … --listen …` process, stopped on drop.
+struct HttpGateway {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl HttpGateway {
+    async fn start(config: &std::path::Path, endpoint: &str) -> Self {
+        let port = free_port();
+        let child = tokio::process::Command::new(gateway())
+            .args(["--config", config.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
+            .env("WARDEN_ENDPOINT", endpoint)
+            .env("WARDEN_TOKEN", HARNESS)
+            .env("WARDEN_USER", "nobody")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        wait_for_port(port).await;
+        Self { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+impl Drop for HttpGateway {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+#[tokio::test]
+async fn over_streamable_http_clients_by_token_reach_stdio_and_http_upstreams_in_sessions_and_stateless() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    // The reference server over streamable HTTP as the second upstream.
+    let upstream_port = free_port();
+    let _remote = tokio::process::Command::new(&node)
+        .args([script.as_str(), "streamableHttp"])
+        .env("PORT", upstream_port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for_port(upstream_port).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("upstream.log");
+    let token = "wdn_mcp_client_alice";
+    let token_sha256 = {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(token.as_bytes()))
+    };
+    let config = dir.path().join("gateway.toml");
+    let command = logged_everything(&node, &script, &log);
+    std::fs::write(
+        &config,
+        format!(
+            r#"session_header = "x-agent-session"
+[[servers]]
+name = "everything"
+command = "{}"
+args = {}
+[[servers]]
+name = "remote"
+url = "http://127.0.0.1:{upstream_port}/mcp"
+[[clients]]
+token_sha256 = "{token_sha256}"
+user = "alice"
+agent = "cursor"
+"#,
+            command[0],
+            serde_json::to_string(&command[1..]).unwrap(),
+        ),
+    )
+    .unwrap();
+    let gateway = HttpGateway::start(&config, &monitor.endpoint).await;
+    let auth = json!({"Authorization": format!("Bearer {token}"), "x-agent-session": "agent-run-7"});
+    let steps = json!([
+        {"op": "list_tools"},
+        {"op": "call_tool", "name": "remote__echo", "arguments": {"message": "over http"}},
+        {"op": "call_tool", "name": "everything__echo", "arguments": {"message": "a secret"}},
+        {"op": "call_tool", "name": "remote__trigger-long-running-operation", "arguments": {"duration": 1, "steps": 2}, "progress": true},
+    ]);
+    // The client's default (2026-07-28, stateless) and a session of 2025-06-18.
+    for version in [None, Some("2025-06-18")] {
+        let mut plan = json!({"transport": "http", "url": gateway.url, "headers": auth, "timeout": 60, "steps": steps});
+        if let Some(version) = version {
+            plan["protocol_version"] = json!(version);
+        }
+        let lines = run_plan(&python, &plan).await;
+        let tools: Vec<&str> =
+            step(&lines, "list_tools", 0)["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        for shown in ["everything__echo", "remote__echo", "remote__get-sum"] {
+            assert!(tools.contains(&shown), "{version:?}: {tools:?}");
+        }
+        assert!(!tools.iter().any(|t| t.ends_with("__get-env")), "{version:?}: {tools:?}");
+        let echoed = step(&lines, "call_tool", 0);
+        assert_eq!(text(echoed), "Echo: over http", "{version:?}: {echoed}");
+        let denied = step(&lines, "call_tool", 1);
+        assert_eq!(denied["is_error"], true, "{version:?}: {denied}");
+        assert!(text(denied).contains("everything.no-secret-echo"), "{version:?}: {denied}");
+        let long = step(&lines, "call_tool", 2);
+        assert_eq!(long["is_error"], false, "{version:?}: {long}");
+        let done = lines.last().unwrap();
+        let expected = version.unwrap_or("2026-07-28");
+        assert_eq!(done["protocol_version"], expected, "{done}");
+    }
+    let received = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!received.contains("a secret"), "{received}");
+
+    // Decisions are made for the token's user and agent, in the session the header names.
+    let audit = monitor.audit().await;
+    let decisions: Vec<_> = audit.iter().filter(|r| r.kind == "decision").collect();
+    assert!(!decisions.is_empty());
+    for record in decisions {
+        let actor = record.actor.as_ref().unwrap();
+        assert_eq!(
+            (actor.user.as_str(), actor.agent.as_str(), actor.session.as_str()),
+            ("alice", "cursor", "agent-run-7")
+        );
+    }
+
+    // Without a token of this gateway: refused before anything is decided.
+    let before = monitor.audit().await.len();
+    for headers in [json!({}), json!({"Authorization": "Bearer not-a-client"})] {
+        let plan = json!({"transport": "http", "url": gateway.url, "headers": headers, "timeout": 20,
+                          "steps": [{"op": "call_tool", "name": "remote__echo", "arguments": {"message": "x"}}]});
+        let lines = run_plan(&python, &plan).await;
+        let refused = lines.iter().any(|l| l["op"] == "fatal" || l["error"].is_object());
+        assert!(refused, "{headers}: {lines:#?}");
+    }
+    assert_eq!(monitor.audit().await.len(), before);
+}
