@@ -89,22 +89,24 @@ async fn main() -> anyhow::Result<()> {
     let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await?).await?;
     let endpoint = format!("http://{}", monitor.addr());
 
-    let direct = ().serve(TokioChildProcess::new(tokio::process::Command::new("node").configure(|c| {
-        c.arg(&script).arg("stdio");
-    }))?)
-    .await?;
+    let direct = ()
+        .serve(TokioChildProcess::new(tokio::process::Command::new("node").configure(|c| {
+            c.arg(&script).arg("stdio");
+        }))?)
+        .await?;
     let direct_took = measure(&direct, calls).await?;
     direct.cancel().await?;
 
-    let through = ().serve(TokioChildProcess::new(tokio::process::Command::new(&gateway).configure(|c| {
-        c.args(["--name", "everything", "--", "node"])
-            .arg(&script)
-            .arg("stdio")
-            .env("WARDEN_ENDPOINT", &endpoint)
-            .env("WARDEN_TOKEN", TOKEN)
-            .env("WARDEN_USER", "alice");
-    }))?)
-    .await?;
+    let through = ()
+        .serve(TokioChildProcess::new(tokio::process::Command::new(&gateway).configure(|c| {
+            c.args(["--name", "everything", "--", "node"])
+                .arg(&script)
+                .arg("stdio")
+                .env("WARDEN_ENDPOINT", &endpoint)
+                .env("WARDEN_TOKEN", TOKEN)
+                .env("WARDEN_USER", "alice");
+        }))?)
+        .await?;
     let through_took = measure(&through, calls).await?;
     through.cancel().await?;
     monitor.stop().await?;

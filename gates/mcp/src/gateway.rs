@@ -101,7 +101,7 @@ pub struct Connection {
 
 struct State {
     actor: Mutex<Option<Actor>>,
-    upstreams: OnceCell<Vec<Upstream>>,
+    upstreams: OnceCell<Upstreams>,
     /// The names of the tools the client was last shown.
     shown: Mutex<Option<BTreeSet<String>>>,
     /// The policy version the last list was filtered with.
@@ -109,6 +109,13 @@ struct State {
     /// Wakes the list watcher (a decision under another policy version, an
     /// upstream's own list change).
     recheck: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Default)]
+struct Upstreams {
+    live: Vec<Upstream>,
+    /// The servers that could not be reached, and why.
+    failed: Vec<(String, String)>,
 }
 
 struct Upstream {
@@ -215,12 +222,15 @@ impl Connection {
     }
 
     /// Connects to every upstream (once), with `peer` as the client that
-    /// upstream notifications and requests are forwarded to.
+    /// upstream notifications and requests are forwarded to, and returns
+    /// those that answered. One that cannot be reached leaves its tools out
+    /// and makes its calls fail; when none can, the connection fails.
     async fn upstreams(&self, peer: &Peer<RoleServer>) -> Result<&Vec<Upstream>, ErrorData> {
-        self.state
+        let upstreams = self
+            .state
             .upstreams
-            .get_or_try_init(|| async {
-                let mut upstreams = Vec::with_capacity(self.shared.config.servers.len());
+            .get_or_init(|| async {
+                let mut upstreams = Upstreams::default();
                 for server in &self.shared.config.servers {
                     let progress = ProgressMap::default();
                     let calls = CallMap::default();
@@ -231,22 +241,38 @@ impl Connection {
                         calls: Arc::clone(&calls),
                         state: Arc::downgrade(&self.state),
                     };
-                    let service = connect(server, handler).await.map_err(|e| {
-                        ErrorData::internal_error(format!("cannot reach upstream server `{}`: {e}", server.name), None)
-                    })?;
-                    upstreams.push(Upstream { name: server.name.clone(), service, progress, calls });
+                    match connect(server, handler).await {
+                        Ok(service) => {
+                            upstreams.live.push(Upstream { name: server.name.clone(), service, progress, calls })
+                        }
+                        Err(e) => {
+                            tracing::warn!(server = %server.name, error = %e, "upstream server unreachable");
+                            upstreams.failed.push((server.name.clone(), e));
+                        }
+                    }
                 }
-                Ok(upstreams)
+                upstreams
             })
-            .await
+            .await;
+        if upstreams.live.is_empty() {
+            let why: Vec<String> = upstreams.failed.iter().map(|(name, e)| format!("`{name}`: {e}")).collect();
+            return Err(ErrorData::internal_error(
+                format!("no upstream server can be reached ({})", why.join("; ")),
+                None,
+            ));
+        }
+        Ok(&upstreams.live)
     }
 
     async fn upstream(&self, peer: &Peer<RoleServer>, name: &str) -> Result<&Upstream, ErrorData> {
-        self.upstreams(peer)
-            .await?
-            .iter()
-            .find(|u| u.name == name)
-            .ok_or_else(|| ErrorData::invalid_params(format!("no server `{name}` behind this gateway"), None))
+        if let Some(found) = self.upstreams(peer).await?.iter().find(|u| u.name == name) {
+            return Ok(found);
+        }
+        let failed = self.state.upstreams.get().and_then(|u| u.failed.iter().find(|(n, _)| n == name));
+        Err(match failed {
+            Some((_, e)) => ErrorData::internal_error(format!("upstream server `{name}` cannot be reached: {e}"), None),
+            None => ErrorData::invalid_params(format!("no server `{name}` behind this gateway"), None),
+        })
     }
 
     /// The server and the upstream's own name of a tool as the client names it.
@@ -270,11 +296,22 @@ impl Connection {
     /// a tool this actor may never call (DENY with empty arguments) is not
     /// shown; one that needs approval is. Remembers what was shown.
     async fn filtered_tools(&self, peer: &Peer<RoleServer>) -> Result<Vec<Tool>, ErrorData> {
+        // A server that fails to list leaves its tools out; when every one
+        // fails, so does the list.
         let mut listed = Vec::new();
-        for upstream in self.upstreams(peer).await? {
-            let tools =
-                upstream.service.peer().list_all_tools().await.map_err(|e| upstream_error(&upstream.name, e))?;
-            listed.extend(tools.into_iter().map(|tool| (upstream.name.clone(), tool)));
+        let mut failure = None;
+        let upstreams = self.upstreams(peer).await?;
+        for upstream in upstreams {
+            match upstream.service.peer().list_all_tools().await {
+                Ok(tools) => listed.extend(tools.into_iter().map(|tool| (upstream.name.clone(), tool))),
+                Err(e) => {
+                    tracing::warn!(server = %upstream.name, error = %e, "tools/list failed upstream");
+                    failure.get_or_insert(upstream_error(&upstream.name, e));
+                }
+            }
+        }
+        if let Some(failure) = failure.filter(|_| listed.is_empty()) {
+            return Err(failure);
         }
         let resources = listed.iter().map(|(server, tool)| {
             pb::resource::Kind::Tool(pb::ToolResource {
@@ -475,7 +512,7 @@ impl ServerHandler for Connection {
         let mut capabilities = ServerCapabilities::default();
         // What the upstreams offer (known once connected), merged.
         if let Some(upstreams) = self.state.upstreams.get() {
-            for info in upstreams.iter().filter_map(|u| u.service.peer().peer_info()) {
+            for info in upstreams.live.iter().filter_map(|u| u.service.peer().peer_info()) {
                 let c = &info.capabilities;
                 capabilities.resources = capabilities.resources.take().or_else(|| c.resources.clone());
                 capabilities.prompts = capabilities.prompts.take().or_else(|| c.prompts.clone());
@@ -707,7 +744,7 @@ impl ServerHandler for Connection {
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         if let Some(upstreams) = self.state.upstreams.get() {
-            for upstream in upstreams {
+            for upstream in &upstreams.live {
                 let _ = upstream.service.peer().notify_roots_list_changed().await;
             }
         }

@@ -144,6 +144,30 @@ async fn while_warden_is_unreachable_nothing_is_listed_or_called() {
     assert!(text(called).contains(&format!("Warden at {nowhere} could not decide")), "{called}");
     let received = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!received.contains("unguarded"), "{received}");
+
+    // A monitor that stops while a client is connected: the next call is refused.
+    let mut monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
+    args.extend(logged_everything(&node, &script, &log));
+    let plan = json!({
+        "transport": "stdio", "command": gateway(), "args": args,
+        "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60,
+        "steps": [
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "while up"}},
+            {"op": "wait_stdin_line"},
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "after the monitor stopped"}},
+        ]
+    });
+    let mut run = ClientRun::start(&python, &plan);
+    assert_eq!(text(&run.next().await), "Echo: while up");
+    monitor.stop().await;
+    run.go_on().await;
+    let lines = run.rest().await;
+    let refused = step(&lines, "call_tool", 0);
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(text(refused).contains("could not decide"), "{refused}");
+    let received = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(received.contains("while up") && !received.contains("after the monitor stopped"), "{received}");
 }
 
 #[tokio::test]
@@ -249,7 +273,7 @@ async fn over_streamable_http_clients_by_token_reach_stdio_and_http_upstreams_in
     let monitor = Monitor::start(EVERYTHING_POLICIES).await;
     // The reference server over streamable HTTP as the second upstream.
     let upstream_port = free_port();
-    let _remote = tokio::process::Command::new(&node)
+    let mut remote = tokio::process::Command::new(&node)
         .args([script.as_str(), "streamableHttp"])
         .env("PORT", upstream_port.to_string())
         .stdout(std::process::Stdio::null())
@@ -322,6 +346,18 @@ agent = "cursor"
     }
     let received = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!received.contains("a secret"), "{received}");
+
+    // The HTTP upstream dies: its calls fail in bounded time; the stdio one still works.
+    remote.kill().await.unwrap();
+    let plan = json!({"transport": "http", "url": gateway.url, "headers": auth, "timeout": 60, "protocol_version": "2025-06-18",
+                      "steps": [{"op": "call_tool", "name": "remote__echo", "arguments": {"message": "anyone"}},
+                                {"op": "call_tool", "name": "everything__echo", "arguments": {"message": "still here"}}]});
+    let started = Instant::now();
+    let lines = run_plan(&python, &plan).await;
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let gone = step(&lines, "call_tool", 0);
+    assert!(gone["error"].is_object() || gone["is_error"] == true, "{gone}");
+    assert_eq!(text(step(&lines, "call_tool", 1)), "Echo: still here", "{lines:#?}");
 
     // Decisions are made for the token's user and agent, in the session the header names.
     let audit = monitor.audit().await;
