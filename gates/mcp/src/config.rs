@@ -253,10 +253,12 @@ impl Config {
             let plain = !name.is_empty()
                 && name.len() <= 64
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-                && !name.contains("__");
+                && !name.contains("__")
+                && !name.starts_with('_')
+                && !name.ends_with('_');
             if !plain {
                 return Err(ConfigError::Invalid(format!(
-                    "server name `{}`: use 1 to 64 letters, digits, `-`, `_` or `.`, without `__`",
+                    "server name `{}`: use 1 to 64 letters, digits, `-`, `_` or `.`, without `__` and not starting or ending with `_`",
                     name.escape_debug()
                 )));
             }
@@ -331,6 +333,7 @@ mod tests {
             ("[[servers]]\nname = \"a\"\ncommand = \"x\"\nurl = \"http://h/\"\n", "either `command`"),
             ("[[servers]]\nname = \"a__b\"\ncommand = \"x\"\n", "without `__`"),
             ("[[servers]]\nname = \"a/b\"\ncommand = \"x\"\n", "server name"),
+            ("[[servers]]\nname = \"a_\"\ncommand = \"x\"\n", "ending with `_`"),
             ("[[servers]]\nname = \"a\"\ncommand = \"x\"\n[[servers]]\nname = \"a\"\ncommand = \"y\"\n", "twice"),
             ("", "no servers"),
             ("[[servers]]\nname = \"a\"\ncommand = \"x\"\ncolour = 1\n", "unknown field"),

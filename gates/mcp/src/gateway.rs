@@ -9,7 +9,7 @@
 #![allow(deprecated)] // sampling, roots, logging and subscriptions are deprecated in 2026-07-28, not gone
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -27,10 +27,35 @@ use crate::config::{Config, Server, Transport};
 pub const SEPARATOR: &str = "__";
 /// The action a `resources/read` is decided as (on `Tool::"<server>/<uri>"`).
 pub const READ_ACTION: &str = "mcp.read";
+/// The action a `prompts/get` is decided as (on `Tool::"<server>/<prompt>"`,
+/// with the prompt's arguments).
+pub const PROMPT_ACTION: &str = "mcp.prompt";
 /// The action a `tools/call` is decided as.
 pub const CALL_ACTION: &str = "tool.call";
 /// How often a waiting call tells the client it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Most resources one `Preview` call takes (the monitor's bound).
+const PREVIEW_CHUNK: usize = 1024;
+/// How long a server may take to start and answer `initialize`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A resource URI as the URL parser spells it (scheme lower-cased, dot
+/// segments resolved); one with white space or control characters, or
+/// that does not parse, is refused.
+fn canonical_uri(uri: &str) -> Result<String, ErrorData> {
+    if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ErrorData::invalid_params("the resource URI has white space or control characters", None));
+    }
+    url::Url::parse(uri)
+        .map(String::from)
+        .map_err(|e| ErrorData::invalid_params(format!("the resource URI does not parse: {e}"), None))
+}
+
+/// Whether the monitor takes `name` as a tool (or prompt, or URI) name.
+fn acceptable_name(name: &str) -> bool {
+    !name.trim().is_empty() && name.len() <= 256 && !name.chars().any(char::is_control)
+}
+
 /// How often a list watcher with no refresh period checks that its client is
 /// still there.
 const LIVENESS_CHECK: Duration = Duration::from_secs(30);
@@ -57,27 +82,33 @@ impl Shared {
     /// header when one is configured; otherwise the configured actor.
     pub fn identify(&self, parts: Option<&http::request::Parts>) -> Result<(Identity, String), ErrorData> {
         let config = &self.config;
-        let mut identity =
-            Identity { user: config.user.clone(), agent: config.agent.clone(), session: config.session.clone() };
-        let mut key = format!("{}-{}", config.user, config.agent);
-        let Some(parts) = parts else { return Ok((identity, key)) };
-        if !config.clients.is_empty() {
-            let client = crate::http::client_of(&config.clients, &parts.headers)
-                .ok_or_else(|| ErrorData::invalid_request("no valid bearer token for this gateway", None))?;
-            identity.user = client.user.clone();
-            identity.agent = client.agent.clone().unwrap_or_else(|| config.agent.clone());
-            identity.session = client.session.clone().or(identity.session);
-            key = client.token_sha256.chars().take(16).collect();
-        }
-        if let Some(header) = &config.session_header
-            && let Some(value) = parts.headers.get(header.as_str())
-        {
-            let value = value
-                .to_str()
-                .map_err(|_| ErrorData::invalid_request(format!("header `{header}` is not text"), None))?;
-            identity.session = Some(value.to_owned());
-        }
-        Ok((identity, key))
+        let Some(parts) = parts else {
+            let identity =
+                Identity { user: config.user.clone(), agent: config.agent.clone(), session: config.session.clone() };
+            return Ok((identity, format!("{}-{}", config.user, config.agent)));
+        };
+        // Over HTTP every request carries a client's token (`http` refuses
+        // the others before they get here).
+        let client = crate::http::client_of(&config.clients, &parts.headers)
+            .ok_or_else(|| ErrorData::invalid_request("no valid bearer token for this gateway", None))?;
+        let header = config.session_header.as_ref().and_then(|name| parts.headers.get(name.as_str()));
+        // A session fixed for the client wins over the session header.
+        let session = match (&client.session, header) {
+            (Some(fixed), _) => Some(fixed.clone()),
+            (None, Some(value)) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| ErrorData::invalid_request("the session header is not text", None))?
+                    .to_owned(),
+            ),
+            (None, None) => config.session.clone(),
+        };
+        let identity = Identity {
+            user: client.user.clone(),
+            agent: client.agent.clone().unwrap_or_else(|| config.agent.clone()),
+            session,
+        };
+        Ok((identity, client.token_sha256.chars().take(16).collect()))
     }
 }
 
@@ -100,7 +131,8 @@ pub struct Connection {
 }
 
 struct State {
-    actor: Mutex<Option<Actor>>,
+    /// The actor, and the key of the client it was fixed for.
+    actor: Mutex<Option<(Actor, String)>>,
     upstreams: OnceCell<Upstreams>,
     /// The names of the tools the client was last shown.
     shown: Mutex<Option<BTreeSet<String>>>,
@@ -125,6 +157,8 @@ struct Upstream {
     progress: ProgressMap,
     /// Shared with the handler: the calls in flight.
     calls: CallMap,
+    /// The names of the server's tools, as it last listed them.
+    tools: Mutex<Option<HashSet<String>>>,
 }
 
 type ProgressMap = Arc<Mutex<HashMap<ProgressToken, ProgressToken>>>;
@@ -199,8 +233,8 @@ impl Connection {
         let parts = context.extensions.get::<http::request::Parts>();
         let (identity, client_key) = self.shared.identify(parts)?;
         let mut actor = lock(&self.state.actor);
-        if let Some(actor) = actor.as_ref() {
-            if actor.user != identity.user || actor.agent != identity.agent {
+        if let Some((actor, key)) = actor.as_ref() {
+            if *key != client_key || actor.user != identity.user || actor.agent != identity.agent {
                 return Err(ErrorData::invalid_request("this MCP session belongs to another client", None));
             }
             return Ok(actor.clone());
@@ -218,7 +252,9 @@ impl Connection {
         if whole_connection {
             self.watch_list(context.peer.clone());
         }
-        Ok(actor.insert(Actor::new(identity.user, identity.agent, session)).clone())
+        let fixed = Actor::new(identity.user, identity.agent, session);
+        *actor = Some((fixed.clone(), client_key));
+        Ok(fixed)
     }
 
     /// Connects to every upstream (once), with `peer` as the client that
@@ -241,10 +277,17 @@ impl Connection {
                         calls: Arc::clone(&calls),
                         state: Arc::downgrade(&self.state),
                     };
-                    match connect(server, handler).await {
-                        Ok(service) => {
-                            upstreams.live.push(Upstream { name: server.name.clone(), service, progress, calls })
-                        }
+                    let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect(server, handler))
+                        .await
+                        .unwrap_or_else(|_| Err(format!("no answer to `initialize` within {CONNECT_TIMEOUT:?}")));
+                    match connected {
+                        Ok(service) => upstreams.live.push(Upstream {
+                            name: server.name.clone(),
+                            service,
+                            progress,
+                            calls,
+                            tools: Mutex::new(None),
+                        }),
                         Err(e) => {
                             tracing::warn!(server = %server.name, error = %e, "upstream server unreachable");
                             upstreams.failed.push((server.name.clone(), e));
@@ -313,15 +356,13 @@ impl Connection {
         if let Some(failure) = failure.filter(|_| listed.is_empty()) {
             return Err(failure);
         }
-        let resources = listed.iter().map(|(server, tool)| {
-            pb::resource::Kind::Tool(pb::ToolResource {
-                server: server.clone(),
-                name: tool.name.to_string(),
-                arguments_json: String::new(),
-            })
-        });
-        let actor = lock(&self.state.actor).clone().ok_or_else(|| ErrorData::internal_error("no actor yet", None))?;
-        let preview = self.shared.warden.preview(&actor, CALL_ACTION, resources).await.map_err(|e| {
+        for upstream in upstreams {
+            let names = listed.iter().filter(|(server, _)| *server == upstream.name).map(|(_, t)| t.name.to_string());
+            *lock(&upstream.tools) = Some(names.collect());
+        }
+        let names: Vec<(&str, &str)> =
+            listed.iter().map(|(server, tool)| (server.as_str(), tool.name.as_ref())).collect();
+        let (outcomes, version) = self.preview(CALL_ACTION, &names).await.map_err(|e| {
             ErrorData::internal_error(
                 format!("Warden at {} did not answer, so no tool is shown: {e}", self.shared.endpoint),
                 None,
@@ -329,7 +370,7 @@ impl Connection {
         })?;
         let tools: Vec<Tool> = listed
             .into_iter()
-            .zip(preview.outcomes)
+            .zip(outcomes)
             .filter(|(_, outcome)| *outcome != Outcome::Deny)
             .map(|((server, mut tool), _)| {
                 tool.name = Cow::Owned(self.client_name(&server, &tool.name));
@@ -337,8 +378,60 @@ impl Connection {
             })
             .collect();
         *lock(&self.state.shown) = Some(tools.iter().map(|t| t.name.to_string()).collect());
-        *lock(&self.state.listed_version) = preview.policy_version;
+        *lock(&self.state.listed_version) = version;
         Ok(tools)
+    }
+
+    /// `Preview` of `action` on each (server, name), in chunks the monitor
+    /// takes. A name the monitor would refuse as input (empty, too long,
+    /// control characters) is DENY here, so one odd name of one server
+    /// hides that entry, not every server's list.
+    async fn preview(&self, action: &str, names: &[(&str, &str)]) -> Result<(Vec<Outcome>, String), warden_sdk::Error> {
+        let actor = self.current_actor()?;
+        let mut outcomes = vec![Outcome::Deny; names.len()];
+        let asked: Vec<usize> =
+            (0..names.len()).filter(|&i| names.get(i).is_some_and(|(_, n)| acceptable_name(n))).collect();
+        let mut version = String::new();
+        for chunk in asked.chunks(PREVIEW_CHUNK) {
+            let resources = chunk.iter().filter_map(|&i| names.get(i)).map(|(server, name)| {
+                pb::resource::Kind::Tool(pb::ToolResource {
+                    server: (*server).to_owned(),
+                    name: (*name).to_owned(),
+                    arguments_json: String::new(),
+                })
+            });
+            let preview = self.shared.warden.preview(&actor, action, resources).await?;
+            for (&i, outcome) in chunk.iter().zip(preview.outcomes) {
+                if let Some(slot) = outcomes.get_mut(i) {
+                    *slot = outcome;
+                }
+            }
+            version = preview.policy_version;
+        }
+        Ok((outcomes, version))
+    }
+
+    /// The actor fixed at the connection's first request.
+    fn current_actor(&self) -> Result<Actor, warden_sdk::Error> {
+        lock(&self.state.actor)
+            .as_ref()
+            .map(|(actor, _)| actor.clone())
+            .ok_or_else(|| warden_sdk::Error::Config("no actor yet".into()))
+    }
+
+    /// Whether `tool` is a tool `server` lists (asked again when the last
+    /// list did not have it): a call is forwarded only under a name the
+    /// server itself gave, so that a server that matches names loosely
+    /// cannot be reached under a spelling the policies did not expect.
+    async fn listed(&self, upstream: &Upstream, tool: &str) -> Result<bool, ErrorData> {
+        if lock(&upstream.tools).as_ref().is_some_and(|names| names.contains(tool)) {
+            return Ok(true);
+        }
+        let tools = upstream.service.peer().list_all_tools().await.map_err(|e| upstream_error(&upstream.name, e))?;
+        let names: HashSet<String> = tools.into_iter().map(|t| t.name.to_string()).collect();
+        let found = names.contains(tool);
+        *lock(&upstream.tools) = Some(names);
+        Ok(found)
     }
 
     /// A decision under another policy version than the shown list's: the
@@ -388,6 +481,31 @@ impl Connection {
         });
     }
 
+    /// Asks Warden about `action` on `Tool::"<server>/<name>"`; the error
+    /// to answer with when it is not allowed.
+    async fn refusal(
+        &self,
+        action: &str,
+        server: &str,
+        name: &str,
+        arguments_json: String,
+        what: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<ErrorData>, ErrorData> {
+        let asked = ActionRequest::new(
+            action,
+            pb::authorize_request::Resource::Tool(pb::ToolResource {
+                server: server.to_owned(),
+                name: name.to_owned(),
+                arguments_json,
+            }),
+        );
+        Ok(self.decide(asked, what, context).await?.map(|refused| {
+            let text = refused.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
+            ErrorData::invalid_request(text.unwrap_or_else(|| what.to_owned()), None)
+        }))
+    }
+
     /// Asks Warden about a call and waits through PENDING (telling the
     /// client, when it asked for progress); `Ok(None)` when the call may go
     /// ahead, `Ok(Some(result))` with what the agent is told when not.
@@ -420,7 +538,7 @@ impl Connection {
             }
             let until_deadline = decision
                 .expires_at
-                .and_then(|at| (at + EXPIRY_GRACE).duration_since(SystemTime::now()).ok())
+                .and_then(|at| at.checked_add(EXPIRY_GRACE)?.duration_since(SystemTime::now()).ok())
                 .unwrap_or_default();
             let left = until_deadline.min(self.shared.config.max_wait.saturating_sub(started.elapsed()));
             if left.is_zero() {
@@ -476,6 +594,14 @@ async fn connect(
     let service = match &server.transport {
         Transport::Stdio { command, args, env, cwd } => {
             let command = tokio::process::Command::new(command).configure(|c| {
+                // The server gets the gateway's environment without Warden's
+                // own variables: a tool that prints its environment must not
+                // hand the agent the harness token.
+                for (name, _) in std::env::vars_os() {
+                    if name.to_string_lossy().starts_with("WARDEN_") {
+                        c.env_remove(name);
+                    }
+                }
                 c.args(args).envs(env);
                 if let Some(cwd) = cwd {
                     c.current_dir(cwd);
@@ -562,6 +688,21 @@ impl ServerHandler for Connection {
         let client_name = request.name.to_string();
         let (server, tool) = self.split_name(&client_name)?;
         let (server, tool) = (server.to_owned(), tool.to_owned());
+        // What Warden decides on is the name and the arguments; nothing
+        // else of the client's request goes upstream: not its `_meta`
+        // (rmcp sets the progress token), not multi-round-trip input,
+        // which Warden would not have seen.
+        if request.input_responses.is_some() || request.request_state.is_some() {
+            return Ok(text_result(format!(
+                "the call of `{client_name}` carries multi-round-trip input (inputResponses, requestState), which warden-mcp does not forward: not made"
+            ))
+            .into());
+        }
+        request.meta = None;
+        let upstream = self.upstream(&context.peer, &server).await?;
+        if !self.listed(upstream, &tool).await? {
+            return Err(ErrorData::invalid_params(format!("unknown tool `{client_name}`"), None));
+        }
         // The arguments are serialized once: Warden decides on this text,
         // and the upstream receives exactly these arguments.
         let arguments = request.arguments.take().unwrap_or_default();
@@ -576,7 +717,6 @@ impl ServerHandler for Connection {
             .map_err(|e| ErrorData::internal_error(format!("arguments: {e}"), None))?;
         request.arguments = Some(decided);
         request.name = Cow::Owned(tool);
-        let upstream = self.upstream(&context.peer, &server).await?;
         let result = forward_call(upstream, request, &context).await;
         result.map_err(|e| upstream_error(&server, e))
     }
@@ -614,27 +754,28 @@ impl ServerHandler for Connection {
 
     async fn read_resource(
         &self,
-        request: ReadResourceRequestParams,
+        mut request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        // Warden decides on the URI as a URL parser spells it, and that
+        // spelling is what the server receives: `DEMO://x/./y` cannot be
+        // decided as one resource and read as another.
+        let uri = canonical_uri(&request.uri)?;
+        request.uri = uri.clone();
+        if request.input_responses.is_some() || request.request_state.is_some() {
+            return Err(ErrorData::invalid_request("warden-mcp does not forward multi-round-trip input", None));
+        }
+        request.meta = None;
         // A URI names no server: ask the servers in order, each only after
         // Warden allows reading it from that server.
-        let uri = request.uri.clone();
         let upstreams = self.upstreams(&context.peer).await?;
         let mut last = None;
         for upstream in upstreams {
             let what = format!("the read of `{uri}` from `{}`", upstream.name);
-            let asked = ActionRequest::new(
-                READ_ACTION,
-                pb::authorize_request::Resource::Tool(pb::ToolResource {
-                    server: upstream.name.clone(),
-                    name: uri.clone(),
-                    arguments_json: String::new(),
-                }),
-            );
-            if let Some(refused) = self.decide(asked, &what, &context).await? {
-                let text = refused.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
-                last = Some(ErrorData::invalid_request(text.unwrap_or(what), None));
+            if let Some(refused) =
+                self.refusal(READ_ACTION, &upstream.name, &uri, String::new(), &what, &context).await?
+            {
+                last = Some(refused);
                 continue;
             }
             match upstream.service.peer().read_resource_once(request.clone()).await {
@@ -676,16 +817,31 @@ impl ServerHandler for Connection {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let mut all = Vec::new();
+        self.actor(&context, false)?;
+        let mut listed = Vec::new();
         for upstream in self.upstreams(&context.peer).await? {
-            let mut prompts =
+            let prompts =
                 upstream.service.peer().list_all_prompts().await.map_err(|e| upstream_error(&upstream.name, e))?;
-            for prompt in &mut prompts {
-                prompt.name = self.client_name(&upstream.name, &prompt.name);
-            }
-            all.extend(prompts);
+            listed.extend(prompts.into_iter().map(|prompt| (upstream.name.clone(), prompt)));
         }
-        Ok(ListPromptsResult::with_all_items(all))
+        // Like tools: a prompt this actor may never get is not shown.
+        let names: Vec<(&str, &str)> = listed.iter().map(|(server, p)| (server.as_str(), p.name.as_str())).collect();
+        let (outcomes, _) = self.preview(PROMPT_ACTION, &names).await.map_err(|e| {
+            ErrorData::internal_error(
+                format!("Warden at {} did not answer, so no prompt is shown: {e}", self.shared.endpoint),
+                None,
+            )
+        })?;
+        let prompts = listed
+            .into_iter()
+            .zip(outcomes)
+            .filter(|(_, outcome)| *outcome != Outcome::Deny)
+            .map(|((server, mut prompt), _)| {
+                prompt.name = self.client_name(&server, &prompt.name);
+                prompt
+            })
+            .collect();
+        Ok(ListPromptsResult::with_all_items(prompts).with_cache_scope(CacheScope::Private))
     }
 
     async fn get_prompt(
@@ -693,11 +849,31 @@ impl ServerHandler for Connection {
         mut request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        // A prompt is content from the server, resources embedded: it is
+        // decided as `mcp.prompt` on the prompt with its arguments, like a
+        // tool call (whose result is the tool's to give).
         let client_name = request.name.clone();
         let (server, prompt) = self.split_name(&client_name)?;
-        request.name = prompt.to_owned();
-        let upstream = self.upstream(&context.peer, server).await?;
-        match upstream.service.peer().get_prompt_once(request).await.map_err(|e| upstream_error(server, e))? {
+        let (server, prompt) = (server.to_owned(), prompt.to_owned());
+        if request.input_responses.is_some() || request.request_state.is_some() {
+            return Err(ErrorData::invalid_request("warden-mcp does not forward multi-round-trip input", None));
+        }
+        request.meta = None;
+        let arguments = request.arguments.take().unwrap_or_default();
+        let arguments_json = serde_json::to_string(&arguments)
+            .map_err(|e| ErrorData::invalid_params(format!("arguments: {e}"), None))?;
+        let what = format!("the prompt `{client_name}`");
+        if let Some(refused) =
+            self.refusal(PROMPT_ACTION, &server, &prompt, arguments_json.clone(), &what, &context).await?
+        {
+            return Err(refused);
+        }
+        let decided: JsonObject = serde_json::from_str(&arguments_json)
+            .map_err(|e| ErrorData::internal_error(format!("arguments: {e}"), None))?;
+        request.arguments = Some(decided);
+        request.name = prompt;
+        let upstream = self.upstream(&context.peer, &server).await?;
+        match upstream.service.peer().get_prompt_once(request).await.map_err(|e| upstream_error(&server, e))? {
             GetPromptResponse::Complete(mut prompt) => {
                 complete(&mut prompt.result_type);
                 Ok(GetPromptResponse::Complete(prompt))
@@ -708,27 +884,45 @@ impl ServerHandler for Connection {
 
     async fn complete(
         &self,
-        request: CompleteRequestParams,
+        mut request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let upstream = match &request.r#ref {
+        // Completions can tell what a prompt or resource would reveal:
+        // decided as getting that prompt (without arguments) or reading that
+        // resource template.
+        request.meta = None;
+        let targets: Vec<(String, &'static str, String)> = match &mut request.r#ref {
             Reference::Prompt(prompt) => {
-                let (server, _) = self.split_name(&prompt.name)?;
-                self.upstream(&context.peer, server).await?
+                let (server, name) = self.split_name(&prompt.name)?;
+                let target = (server.to_owned(), PROMPT_ACTION, name.to_owned());
+                prompt.name = name.to_owned();
+                vec![target]
             }
-            _ => self
-                .upstreams(&context.peer)
-                .await?
-                .first()
-                .ok_or_else(|| ErrorData::internal_error("no upstream server", None))?,
+            Reference::Resource(template) => {
+                if !acceptable_name(&template.uri) || template.uri.chars().any(char::is_whitespace) {
+                    return Err(ErrorData::invalid_params("the resource reference is not a URI template", None));
+                }
+                let servers = self.upstreams(&context.peer).await?.iter().map(|u| u.name.clone());
+                servers.map(|server| (server, READ_ACTION, template.uri.clone())).collect()
+            }
+            _ => {
+                return Err(ErrorData::invalid_params("warden-mcp completes prompts and resource templates only", None));
+            }
         };
-        let mut request = request;
-        if let Reference::Prompt(prompt) = &mut request.r#ref
-            && let Ok((_, name)) = self.split_name(&prompt.name)
-        {
-            prompt.name = name.to_owned();
+        let mut last = None;
+        for (server, action, name) in targets {
+            let what = format!("completion for `{name}` of `{server}`");
+            if let Some(refused) = self.refusal(action, &server, &name, String::new(), &what, &context).await? {
+                last = Some(refused);
+                continue;
+            }
+            let upstream = self.upstream(&context.peer, &server).await?;
+            match upstream.service.peer().complete(request.clone()).await {
+                Ok(found) => return Ok(found),
+                Err(e) => last = Some(upstream_error(&server, e)),
+            }
         }
-        upstream.service.peer().complete(request).await.map_err(|e| upstream_error(&upstream.name, e))
+        Err(last.unwrap_or_else(|| ErrorData::invalid_params("nothing to complete", None)))
     }
 
     async fn set_level(

@@ -24,10 +24,8 @@ struct Flags {
     /// Warden's address (default http://127.0.0.1:50051).
     #[arg(long, env = "WARDEN_ENDPOINT")]
     endpoint: Option<String>,
-    /// The harness token.
-    #[arg(long, env = "WARDEN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// A file holding the harness token.
+    /// A file holding the harness token (or WARDEN_TOKEN holds it; there is
+    /// no flag for the token itself: flags are visible to every local user).
     #[arg(long, env = "WARDEN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// The gateway's configuration (TOML): servers, actor, HTTP clients.
@@ -82,7 +80,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     };
     let endpoint =
         flags.endpoint.or_else(|| config.endpoint.clone()).unwrap_or_else(|| warden_sdk::DEFAULT_ENDPOINT.to_owned());
-    let token = match (flags.token, flags.token_file.or_else(|| config.token_file.clone())) {
+    let token = match (std::env::var("WARDEN_TOKEN").ok(), flags.token_file.or_else(|| config.token_file.clone())) {
         (Some(token), _) => token,
         (None, Some(path)) => {
             std::fs::read_to_string(&path).with_context(|| format!("token file `{}`", path.display()))?
@@ -96,6 +94,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         Some(addr) => {
             if !addr.ip().is_loopback() {
                 anyhow::bail!("--listen {addr}: the gateway serves plain HTTP, so on loopback addresses only");
+            }
+            if shared.config.clients.is_empty() {
+                anyhow::bail!(
+                    "--listen needs `[[clients]]` in the configuration: over HTTP every request must carry a client's token (any local user can reach a loopback port)"
+                );
             }
             let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listen on {addr}"))?;
             eprintln!("warden-mcp: serving MCP on http://{}{}", listener.local_addr()?, warden_mcp::http::PATH);

@@ -30,6 +30,12 @@ async fn over_stdio_a_client_sees_allowed_tools_and_policy_reasons_and_the_serve
             {"op": "read_resource", "uri": "demo://resource/static/document/architecture.md"},
             {"op": "list_prompts"},
             {"op": "get_prompt", "name": "args-prompt", "arguments": {"city": "Paris"}},
+            // Prompts and resources are decided too, on the URI as the
+            // server reads it, however the client spells it.
+            {"op": "get_prompt", "name": "resource-prompt", "arguments": {"resourceType": "Text", "resourceId": "1"}},
+            {"op": "read_resource", "uri": "demo://resource/dynamic/text/1"},
+            {"op": "read_resource", "uri": "DEMO://resource/./dynamic/text/1"},
+            {"op": "read_resource", "uri": " demo://resource/dynamic/text/1"},
         ]
     });
     let lines = run_plan(&python, &plan).await;
@@ -60,8 +66,26 @@ async fn over_stdio_a_client_sees_allowed_tools_and_policy_reasons_and_the_serve
 
     // resources/read is decided as mcp.read, then passed through; prompts pass through.
     assert!(text(step(&lines, "read_resource", 0)).contains("Architecture"), "{lines:#?}");
-    assert!(step(&lines, "list_prompts", 0)["prompts"].as_array().unwrap().iter().any(|p| p == "args-prompt"));
+    let prompts = step(&lines, "list_prompts", 0)["prompts"].as_array().unwrap();
+    assert!(prompts.iter().any(|p| p == "args-prompt"), "{prompts:?}");
+    assert!(!prompts.iter().any(|p| p == "resource-prompt"), "a forbidden prompt is not shown: {prompts:?}");
     assert!(step(&lines, "get_prompt", 0).to_string().contains("Paris"));
+    let embedded = step(&lines, "get_prompt", 1);
+    assert!(
+        embedded["error"]["message"].as_str().unwrap_or_default().contains("everything.no-resource-prompt"),
+        "{embedded}"
+    );
+    for (i, spelled) in [(1, "plain"), (2, "upper-case scheme and a dot segment"), (3, "a leading space")] {
+        let read = step(&lines, "read_resource", i);
+        assert!(read["error"].is_object(), "{spelled}: {read}");
+        assert!(!read.to_string().contains("Resource 1"), "{spelled}: {read}");
+    }
+    assert!(
+        step(&lines, "read_resource", 2)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("everything.no-dynamic-resources")
+    );
 
     // What reached the server: the allowed call with exactly its arguments,
     // never the denied ones.
@@ -73,8 +97,15 @@ async fn over_stdio_a_client_sees_allowed_tools_and_policy_reasons_and_the_serve
     // Every decision is in the audit log, the preview of the list included.
     let audit = monitor.audit().await;
     assert!(audit.iter().any(|r| r.kind == "preview" && r.action == "tool.call"));
-    let denials = audit.iter().filter(|r| r.kind == "decision" && r.outcome == 2).count();
-    assert_eq!(denials, 2, "{audit:#?}");
+    let denied =
+        |action: &str| audit.iter().filter(|r| r.kind == "decision" && r.outcome == 2 && r.action == action).count();
+    assert_eq!(denied("tool.call"), 2, "{audit:#?}");
+    assert_eq!(denied("mcp.prompt"), 1, "{audit:#?}");
+    // The plain and the odd spelling, decided as the same URI; the one with
+    // a space is refused before Warden is asked.
+    let reads: Vec<&str> =
+        audit.iter().filter(|r| r.action == "mcp.read" && r.outcome == 2).map(|r| r.resource.as_str()).collect();
+    assert_eq!(reads, ["Tool::\"everything/demo://resource/dynamic/text/1\""; 2], "{audit:#?}");
     assert!(audit.iter().any(|r| r.action == "mcp.read" && r.outcome == 1));
 }
 
@@ -285,10 +316,7 @@ async fn over_streamable_http_clients_by_token_reach_stdio_and_http_upstreams_in
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("upstream.log");
     let token = "wdn_mcp_client_alice";
-    let token_sha256 = {
-        use sha2::Digest as _;
-        hex::encode(sha2::Sha256::digest(token.as_bytes()))
-    };
+    let token_sha256 = sha256_hex(token);
     let config = dir.path().join("gateway.toml");
     let command = logged_everything(&node, &script, &log);
     std::fs::write(
@@ -381,4 +409,163 @@ agent = "cursor"
         assert!(refused, "{headers}: {lines:#?}");
     }
     assert_eq!(monitor.audit().await.len(), before);
+}
+
+/// One HTTP/1.1 request on its own connection; the status line, headers
+/// (lower-cased names) and body as text.
+async fn raw_http(
+    url: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let mut request = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+#[tokio::test]
+async fn over_http_a_session_belongs_to_its_client_and_a_fixed_session_cannot_be_renamed() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"session_header = "x-agent-session"
+[[servers]]
+name = "everything"
+command = "{node}"
+args = ["{script}", "stdio"]
+[[clients]]
+token_sha256 = "{}"
+user = "alice"
+[[clients]]
+token_sha256 = "{}"
+user = "bob"
+agent = "codex"
+session = "pinned-b"
+"#,
+            sha256_hex("wdn_client_a"),
+            sha256_hex("wdn_client_b"),
+        ),
+    )
+    .unwrap();
+    let gateway = HttpGateway::start(&config, &monitor.endpoint).await;
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let (status, headers, _) =
+        raw_http(&gateway.url, "POST", &[("Authorization", "Bearer wdn_client_a")], initialize).await;
+    assert_eq!(status, 200);
+    let session = headers.iter().find(|(n, _)| n == "mcp-session-id").map(|(_, v)| v.clone()).expect("a session id");
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    let as_b = [
+        ("Authorization", "Bearer wdn_client_b"),
+        ("Mcp-Session-Id", session.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    for method in ["POST", "GET", "DELETE"] {
+        let (status, _, body) = raw_http(&gateway.url, method, &as_b, if method == "POST" { list } else { "" }).await;
+        assert_eq!(status, 404, "{method} on another client's session: {body}");
+    }
+    let as_a = [
+        ("Authorization", "Bearer wdn_client_a"),
+        ("Mcp-Session-Id", session.as_str()),
+        ("Mcp-Protocol-Version", "2025-06-18"),
+    ];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    raw_http(&gateway.url, "POST", &as_a, initialized).await;
+    let (status, _, body) = raw_http(&gateway.url, "POST", &as_a, list).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"echo\""), "{body}");
+    let (status, _, _) = raw_http(&gateway.url, "POST", &[], list).await;
+    assert_eq!(status, 401);
+
+    // Client b's session is fixed: its session header does not rename it.
+    let plan = json!({"transport": "http", "url": gateway.url, "timeout": 30,
+                      "headers": {"Authorization": "Bearer wdn_client_b", "x-agent-session": "chosen-by-b"},
+                      "steps": [{"op": "call_tool", "name": "echo", "arguments": {"message": "from b"}}]});
+    let lines = run_plan(&python, &plan).await;
+    assert_eq!(text(step(&lines, "call_tool", 0)), "Echo: from b", "{lines:#?}");
+    let audit = monitor.audit().await;
+    let b = audit.iter().filter_map(|r| r.actor.as_ref()).filter(|a| a.user == "bob").collect::<Vec<_>>();
+    assert!(!b.is_empty() && b.iter().all(|a| a.session == "pinned-b" && a.agent == "codex"), "{b:?}");
+}
+
+#[tokio::test]
+async fn the_http_face_refuses_to_start_without_client_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(gateway())
+        .args(["--listen", "127.0.0.1:0", "--name", "x", "--", "true"])
+        .env("WARDEN_TOKEN", HARNESS)
+        .env("WARDEN_USER", "alice")
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("[[clients]]"), "{output:?}");
+    let output = tokio::process::Command::new(gateway())
+        .args(["--listen", "0.0.0.0:0", "--name", "x", "--", "true"])
+        .env("WARDEN_TOKEN", HARNESS)
+        .env("WARDEN_USER", "alice")
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("loopback"), "{output:?}");
+}
+
+#[tokio::test]
+async fn a_server_never_sees_the_gateway_s_warden_token() {
+    let Some(((node, script), python)) = parts() else { return };
+    // Here the environment tool is allowed: what it shows is what the agent would see.
+    let monitor = Monitor::start(
+        "@id(\"all\")\n@reason(\"all\")\npermit (principal, action == Action::\"tool.call\", resource in McpServer::\"everything\");\n",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("harness.token");
+    std::fs::write(&token_file, HARNESS).unwrap();
+    let mut env = gateway_env(&monitor.endpoint, "alice");
+    env["WARDEN_TOKEN_FILE"] = json!(token_file);
+    let plan = json!({
+        "transport": "stdio", "command": gateway(), "args": ["--name", "everything", "--", node, script, "stdio"],
+        "env": env, "timeout": 30,
+        "steps": [{"op": "call_tool", "name": "get-env", "arguments": {}}]
+    });
+    let lines = run_plan(&python, &plan).await;
+    let shown = step(&lines, "call_tool", 0);
+    assert_eq!(shown["is_error"], false, "{shown}");
+    let shown = text(shown);
+    assert!(shown.contains("PATH"), "{shown}");
+    for leaked in ["WARDEN_TOKEN", HARNESS, "WARDEN_ENDPOINT", "harness.token"] {
+        assert!(!shown.contains(leaked), "the server saw `{leaked}`: {shown}");
+    }
 }

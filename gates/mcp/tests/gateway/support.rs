@@ -23,8 +23,8 @@ pub const ADMIN: &str = "wdn_test_mcp_admin";
 /// and echoes that mention a secret (never).
 pub const EVERYTHING_POLICIES: &str = r#"
 @id("everything.tools")
-@reason("agents may use the reference servers' tools and read their resources")
-permit (principal, action in [Action::"tool.call", Action::"mcp.read"], resource)
+@reason("agents may use the reference servers' tools, resources and prompts")
+permit (principal, action in [Action::"tool.call", Action::"mcp.read", Action::"mcp.prompt"], resource)
 when { resource in McpServer::"everything" || resource in McpServer::"remote" };
 
 @id("everything.no-env")
@@ -38,6 +38,16 @@ when { resource.name == "get-env" };
 forbid (principal, action == Action::"tool.call", resource)
 when { resource.name == "get-sum" }
 unless { context.approved };
+
+@id("everything.no-resource-prompt")
+@reason("prompts that embed resources are not for agents")
+forbid (principal, action == Action::"mcp.prompt", resource)
+when { resource.name == "resource-prompt" };
+
+@id("everything.no-dynamic-resources")
+@reason("the dynamic resources are private")
+forbid (principal, action == Action::"mcp.read", resource)
+when { resource.name like "demo://resource/dynamic/*" };
 
 @id("everything.no-secret-echo")
 @reason("echoing anything that mentions a secret is forbidden")
