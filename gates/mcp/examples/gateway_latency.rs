@@ -97,6 +97,21 @@ async fn main() -> anyhow::Result<()> {
     let direct_took = measure(&direct, calls).await?;
     direct.cancel().await?;
 
+    // The decision alone, as the gateway asks it (a fresh channel, the same request).
+    let warden = warden_sdk::Client::connect_lazy(endpoint.clone(), TOKEN).await?;
+    let actor = warden_sdk::Actor::new("alice", "mcp-client", "bench");
+    let mut authorize_took = Vec::with_capacity(calls);
+    for i in 0..calls + 50 {
+        let request = warden_sdk::ActionRequest::call_tool("everything", "echo", r#"{"message":"latency"}"#);
+        let started = Instant::now();
+        let decision = warden.authorize(&actor, request).await?;
+        if i >= 50 {
+            authorize_took.push(started.elapsed());
+        }
+        anyhow::ensure!(decision.outcome == warden_sdk::Outcome::Allow, "{decision:?}");
+    }
+    authorize_took.sort();
+
     let through = ()
         .serve(TokioChildProcess::new(tokio::process::Command::new(&gateway).configure(|c| {
             c.args(["--name", "everything", "--", "node"])
@@ -115,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
     println!("| path | p50 | p99 |\n| --- | --- | --- |");
     show("directly over stdio", &direct_took);
     show("through warden-mcp", &through_took);
+    show("Authorize alone (SDK, same monitor)", &authorize_took);
     let added = |p| percentile(&through_took, p).saturating_sub(percentile(&direct_took, p));
     println!(
         "| added by the gateway | {:.0} µs | {:.0} µs |",

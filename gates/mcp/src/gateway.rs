@@ -906,7 +906,10 @@ impl ServerHandler for Connection {
                 servers.map(|server| (server, READ_ACTION, template.uri.clone())).collect()
             }
             _ => {
-                return Err(ErrorData::invalid_params("warden-mcp completes prompts and resource templates only", None));
+                return Err(ErrorData::invalid_params(
+                    "warden-mcp completes prompts and resource templates only",
+                    None,
+                ));
             }
         };
         let mut last = None;
