@@ -232,7 +232,7 @@ async fn preview_leaves_no_label_approval_or_idempotency_record() {
     let last = records.last().unwrap();
     assert_eq!(last.kind, "preview");
     assert_eq!(last.actor.as_ref().unwrap().session, "quiet");
-    assert_eq!(monitor.verify().await.ok, true);
+    assert!(monitor.verify().await.ok);
 
     // Now authorize for real: the labels come, and the POST waits.
     let allow = |a, k: &Kind| harness.authorize(&actor, as_request(a, k));
