@@ -17,8 +17,7 @@ async fn claude_code_through_the_gateway_is_shown_allowed_tools_and_told_why_a_c
     let monitor = Monitor::start(EVERYTHING_POLICIES).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("upstream.log");
-    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
-    args.extend(logged_everything(&node, &script, &log));
+    let args = gateway_args(&node, &script, &log);
     let env = [("WARDEN_ENDPOINT", monitor.endpoint.as_str()), ("WARDEN_TOKEN", HARNESS), ("WARDEN_USER", "alice")];
     let server = stdio_mcp_server(gateway(), &args, &env);
 

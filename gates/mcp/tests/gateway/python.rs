@@ -16,8 +16,7 @@ async fn over_stdio_a_client_sees_allowed_tools_and_policy_reasons_and_the_serve
     let monitor = Monitor::start(EVERYTHING_POLICIES).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("upstream.log");
-    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
-    args.extend(logged_everything(&node, &script, &log));
+    let args = gateway_args(&node, &script, &log);
     let plan = json!({
         "transport": "stdio", "command": gateway(), "args": args,
         "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 30,
@@ -115,8 +114,7 @@ async fn a_call_that_needs_approval_waits_with_progress_then_runs_or_reports_the
     let monitor = Monitor::start(EVERYTHING_POLICIES).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("upstream.log");
-    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
-    args.extend(logged_everything(&node, &script, &log));
+    let args = gateway_args(&node, &script, &log);
     let plan = json!({
         "transport": "stdio", "command": gateway(), "args": args,
         "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60,
@@ -155,8 +153,7 @@ async fn while_warden_is_unreachable_nothing_is_listed_or_called() {
     let Some(((node, script), python)) = parts() else { return };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("upstream.log");
-    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
-    args.extend(logged_everything(&node, &script, &log));
+    let args = gateway_args(&node, &script, &log);
     // Nothing listens on the port just freed.
     let nowhere = format!("http://127.0.0.1:{}", free_port());
     let plan = json!({
@@ -178,8 +175,7 @@ async fn while_warden_is_unreachable_nothing_is_listed_or_called() {
 
     // A monitor that stops while a client is connected: the next call is refused.
     let mut monitor = Monitor::start(EVERYTHING_POLICIES).await;
-    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
-    args.extend(logged_everything(&node, &script, &log));
+    let args = gateway_args(&node, &script, &log);
     let plan = json!({
         "transport": "stdio", "command": gateway(), "args": args,
         "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60,

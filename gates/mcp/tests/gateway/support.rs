@@ -198,6 +198,13 @@ pub fn logged_everything(node: &str, script: &str, log: &Path) -> Vec<String> {
     vec!["sh".into(), "-c".into(), format!("tee -a '{}' | '{node}' '{script}' stdio", log.display())]
 }
 
+/// `warden-mcp --name everything -- <the logged reference server>`'s arguments.
+pub fn gateway_args(node: &str, script: &str, log: &Path) -> Vec<String> {
+    let mut args = vec!["--name".to_owned(), "everything".to_owned(), "--".to_owned()];
+    args.extend(logged_everything(node, script, log));
+    args
+}
+
 /// The environment the gateway needs to reach the monitor as `user`.
 pub fn gateway_env(monitor_endpoint: &str, user: &str) -> Value {
     json!({
