@@ -63,6 +63,7 @@ fn main() {
                 reason: String::new(),
                 created_by: "bench".into(),
                 created_unix_ns: 0,
+                approver_groups: None,
             })
             .collect();
         let built = Instant::now();

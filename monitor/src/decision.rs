@@ -19,7 +19,7 @@ use cedar_policy::{
 };
 use time::OffsetDateTime;
 
-use crate::grants::UserGrants;
+use crate::grants::{CompiledGrant, UserGrants};
 use crate::normalize::{InvalidInput, NormalizedRequest, Resource};
 use crate::policy::PolicySnapshot;
 
@@ -139,11 +139,22 @@ pub fn decide(
     if let Some(why) = &facts.blocked {
         return Ok(Evaluation::deny(vec![], vec![why.clone()]));
     }
-    // Step 2: a matching grant counts as approval.
-    let grant_ids = match evaluator.matching_grants(facts)? {
+    // Step 2: a matching grant counts as approval; one an approver made
+    // for a window, only if it lifts every forbid a person could lift here.
+    let mut grant_ids = match evaluator.matching_grants(facts)? {
         Ok(ids) => ids,
         Err(denial) => return Ok(*denial),
     };
+    if let Some(grants) = &facts.grants
+        && grant_ids.iter().any(|id| grants.get(id).is_some_and(CompiledGrant::restricted))
+    {
+        match evaluator.liftable_forbids(snapshot) {
+            Ok(liftable) => grant_ids.retain(|id| {
+                grants.get(id).is_some_and(|g| liftable.iter().all(|approvers| g.lifts(approvers.as_deref())))
+            }),
+            Err(e) => return e.into_result(),
+        }
+    }
     let approved = !grant_ids.is_empty();
 
     // Step 3: the policy files, with `approved` as found.
@@ -442,6 +453,26 @@ impl<'a> Evaluator<'a> {
         let mut ids: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
         ids.sort();
         Ok(Ok(ids))
+    }
+
+    /// The `@approvers` group of each forbid in the way that a person's
+    /// approval would lift (satisfied without approval, not with it).
+    fn liftable_forbids(&self, snapshot: &PolicySnapshot) -> Result<Vec<Option<String>>, RequestError> {
+        let forbids = |response: &Response| -> BTreeSet<PolicyId> {
+            response
+                .diagnostics()
+                .reason()
+                .filter(|id| snapshot.meta(id).is_some_and(|m| m.effect == Effect::Forbid))
+                .cloned()
+                .collect()
+        };
+        let unapproved = forbids(&self.evaluate(false)?);
+        let approved = forbids(&self.evaluate(true)?);
+        Ok(unapproved
+            .difference(&approved)
+            .filter_map(|id| snapshot.meta(id))
+            .map(|meta| meta.approvers.clone())
+            .collect())
     }
 
     fn evaluate(&self, approved: bool) -> Result<Response, RequestError> {
@@ -838,7 +869,7 @@ fn resource_shape(resource: &Resource) -> (Vec<&str>, HashMap<String, Restricted
                 ("extension".to_owned(), s(extension)),
             ]),
         ),
-        Resource::Command { program, argv, args, cwd } => (
+        Resource::Command { program, argv, args, cwd, .. } => (
             vec![program.as_str()],
             HashMap::from([
                 ("program".to_owned(), s(program)),

@@ -35,6 +35,12 @@ pub struct Grant {
     pub created_by: String,
     /// When, nanoseconds since the Unix epoch.
     pub created_unix_ns: i64,
+    /// For a window an approver granted: the approver groups that approver
+    /// held (`*`: every group). Such a grant counts as approval only for
+    /// the forbids whose `@approvers` group is among them. `None`: an
+    /// admin's grant, approval for every forbid that a person may lift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver_groups: Option<Vec<String>>,
 }
 
 /// What a grant covers on the resource side.
@@ -125,7 +131,8 @@ pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
         "program" if !id.contains('/') => scope(true, "Program", id.to_owned()),
         "program" => return Err(InvalidInput::new(FIELD, "a program is a basename, without `/`")),
         "secret" => scope(false, "Secret", id.to_owned()),
-        // The exact command line, argv joined by spaces as in `Command::"…"`.
+        // The exact command line as in `Command::"…"`: argv with each element
+        // shell-quoted where needed (`git commit -m 'a b'`).
         "command" => scope(false, "Command", id.to_owned()),
         "mcp" if !id.contains('/') => scope(true, "McpServer", id.to_owned()),
         "mcp" => return Err(InvalidInput::new(FIELD, "an MCP server name has no `/`")),
@@ -211,6 +218,7 @@ pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<CompiledGrant
         scope: EntityUid::from_type_name_and_id(entity_type, EntityId::new(&scope.id)),
         within: scope.within,
         session: grant.session.clone(),
+        approver_groups: grant.approver_groups.clone(),
     })
 }
 
@@ -226,9 +234,26 @@ pub struct CompiledGrant {
     within: bool,
     /// Only this session, when set.
     session: String,
+    /// See [`Grant::approver_groups`].
+    approver_groups: Option<Vec<String>>,
 }
 
 impl CompiledGrant {
+    /// Whether this grant lifts only the forbids of some approver groups
+    /// (an approver's window), not every one (an admin's grant).
+    pub fn restricted(&self) -> bool {
+        self.approver_groups.is_some()
+    }
+
+    /// Whether this grant counts as approval for a forbid whose
+    /// `@approvers` group is `approvers` (none: any approver).
+    pub fn lifts(&self, approvers: Option<&str>) -> bool {
+        match (&self.approver_groups, approvers) {
+            (None, _) | (Some(_), None) => true,
+            (Some(groups), Some(group)) => groups.iter().any(|g| g == "*" || g == group),
+        }
+    }
+
     /// Whether the grant's session and resource scope let it match a
     /// request at all. When they do not, its policy is never satisfied, so
     /// leaving it out of the evaluation changes nothing.
@@ -243,6 +268,7 @@ impl CompiledGrant {
 pub struct UserGrants {
     grants: Vec<Arc<CompiledGrant>>,
     by_scope: HashMap<EntityUid, Vec<Arc<CompiledGrant>>>,
+    by_id: HashMap<String, Arc<CompiledGrant>>,
 }
 
 impl UserGrants {
@@ -251,7 +277,13 @@ impl UserGrants {
         for grant in &grants {
             by_scope.entry(grant.scope.clone()).or_default().push(Arc::clone(grant));
         }
-        Self { grants, by_scope }
+        let by_id = grants.iter().map(|g| (g.policy.id().to_string(), Arc::clone(g))).collect();
+        Self { grants, by_scope, by_id }
+    }
+
+    /// The grant whose policy id (its grant id) is `id`.
+    pub fn get(&self, id: &str) -> Option<&CompiledGrant> {
+        self.by_id.get(id).map(Arc::as_ref)
     }
 
     /// Every grant's policy.
@@ -413,6 +445,7 @@ mod tests {
             reason: String::new(),
             created_by: String::new(),
             created_unix_ns: 0,
+            approver_groups: None,
         };
         let text = grant_policy(&grant, &parse_scope("dir:/tmp").unwrap());
         assert!(text.contains(r#"principal in User::"al\"ice""#), "{text}");

@@ -325,6 +325,7 @@ impl pb::admin_server::Admin for AdminService {
                     resource_scope: m.resource_scope,
                     ttl_seconds: m.ttl_seconds,
                     reason: m.reason,
+                    approver_groups: None,
                 },
             )
             .await?;

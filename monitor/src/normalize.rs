@@ -107,12 +107,20 @@ pub enum Resource {
         /// The directories above, nearest first, ending with `/`.
         dirs: Vec<String>,
     },
-    /// `Command::"<argv joined>"` in `Program::"<basename of argv[0]>"`.
+    /// `Command::"<argv, each element quoted where needed>"` in
+    /// `Program::"<basename of argv[0]>"`.
     Command {
         /// Basename of argv[0].
         program: String,
-        /// The whole command line, argv joined by spaces.
+        /// The whole command line, argv joined by spaces (what policies
+        /// match text against).
         argv: String,
+        /// The entity id: argv with each element quoted as a POSIX shell
+        /// would need it ([`quote_argv`]), so that two different argvs never
+        /// share an id (`["a b"]` and `["a", "b"]` do share `argv`). Empty in
+        /// records written before it existed: `argv` is the id then.
+        #[serde(default)]
+        line: String,
         /// argv without argv[0].
         args: BTreeSet<String>,
         /// Absolute, cleaned working directory, empty when not given.
@@ -167,7 +175,13 @@ impl Resource {
     pub fn entity_id(&self) -> String {
         match self {
             Resource::File { path, .. } => path.clone(),
-            Resource::Command { argv, .. } => argv.clone(),
+            Resource::Command { argv, line, .. } => {
+                if line.is_empty() {
+                    argv.clone()
+                } else {
+                    line.clone()
+                }
+            }
             Resource::Url { url, .. } => url.clone(),
             Resource::Secret { name } => name.clone(),
             Resource::Tool { server, name, .. } => format!("{server}/{name}"),
@@ -298,9 +312,28 @@ fn normalize_command(argv: &[String], cwd: &str) -> Result<Resource, InvalidInpu
     Ok(Resource::Command {
         program: program.to_owned(),
         argv: argv.join(" "),
+        line: quote_argv(argv),
         args: argv.iter().skip(1).cloned().collect(),
         cwd,
     })
+}
+
+/// argv as one line a POSIX shell reads back as the same argv: an element
+/// of only safe characters stays as it is (so ids stay readable), any other
+/// is single-quoted, with `'` written `'\''`; an empty one is `''`.
+pub fn quote_argv(argv: &[String]) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|arg| {
+            if !arg.is_empty() && arg.chars().all(safe) {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    quoted.join(" ")
 }
 
 fn normalize_http(method: &str, raw_url: &str) -> Result<Resource, InvalidInput> {
@@ -717,7 +750,7 @@ mod tests {
     #[test]
     fn commands_take_the_program_from_argv0() {
         let argv = ["/usr/bin/git", "push", "origin", "main"].map(String::from).to_vec();
-        let Ok(Resource::Command { program, argv, args, cwd }) =
+        let Ok(Resource::Command { program, argv, args, cwd, .. }) =
             normalize_resource(&ResourceInput::Command { argv, cwd: "/tmp/./x".into() })
         else {
             panic!("did not normalize");

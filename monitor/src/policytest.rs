@@ -271,6 +271,7 @@ pub fn check_case(
             reason: String::new(),
             created_by: "policy-test".into(),
             created_unix_ns: 0,
+            approver_groups: None,
         })
         .collect();
     let (book, problems) = GrantBook::load(grants, snapshot);

@@ -169,6 +169,9 @@ pub struct GrantRequest {
     pub ttl_seconds: u64,
     /// Why.
     pub reason: String,
+    /// For a window an approver grants, the approver's groups (see
+    /// [`Grant::approver_groups`]); `None` for an admin's grant.
+    pub approver_groups: Option<Vec<String>>,
 }
 
 /// What a lock targets: exactly one of session, user, agent.
@@ -725,6 +728,14 @@ impl Monitor {
                     "approved for a window by `{}` ({}): {}",
                     caller.name, approval.approval_id, resolution.note
                 ),
+                approver_groups: Some(match &caller.groups {
+                    crate::auth::UserScope::All => vec!["*".to_owned()],
+                    crate::auth::UserScope::Only(groups) => {
+                        let mut groups: Vec<String> = groups.iter().cloned().collect();
+                        groups.sort();
+                        groups
+                    }
+                }),
             })
         } else {
             None
@@ -971,6 +982,7 @@ impl Monitor {
             reason: request.reason.clone(),
             created_by: created_by.to_owned(),
             created_unix_ns: now_ns,
+            approver_groups: request.approver_groups.clone(),
         };
         let policy = compile(&grant, snapshot)?;
         Ok((grant, policy))

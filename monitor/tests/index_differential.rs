@@ -153,6 +153,7 @@ fn grants(rng: &mut Lcg, now_unix_ns: i64) -> Vec<Grant> {
                 reason: String::new(),
                 created_by: "diff".into(),
                 created_unix_ns: now_unix_ns,
+                approver_groups: None,
             });
         }
     }

@@ -563,7 +563,7 @@ proptest! {
                 error.field == "resource.command.argv" || error.field == "resource.command.cwd",
                 "unexpected field {:?}", error.field
             ),
-            Ok(Resource::Command { program, argv: joined, args, cwd: clean_cwd }) => {
+            Ok(Resource::Command { program, argv: joined, args, cwd: clean_cwd, .. }) => {
                 prop_assert!(!argv.is_empty());
                 prop_assert_eq!(&program, argv[0].rsplit('/').next().unwrap());
                 prop_assert!(!program.is_empty() && !program.contains('/') && program != "." && program != "..");
@@ -609,5 +609,25 @@ proptest! {
                 "field {:?} is not a field of {:?} ({})", error.field, request, error.message
             );
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// 11. A command's entity id tells argvs apart: two different argvs never
+    /// share an id, even when their elements joined by spaces read the same
+    /// (a window approved for one is not a window for the other).
+    #[test]
+    fn command_ids_are_injective(
+        a in prop::collection::vec(prop_oneof![strings(&["git", "push", "push origin", "origin main", "", "'", "a b", "x'y"]), "[a-z '\\\\]{0,4}"], 1..5),
+        b in prop::collection::vec(prop_oneof![strings(&["git", "push", "push origin", "origin main", "", "'", "a b", "x'y"]), "[a-z '\\\\]{0,4}"], 1..5),
+    ) {
+        let quote = |argv: &[String]| warden_monitor::normalize::quote_argv(argv);
+        prop_assert_eq!(a == b, quote(&a) == quote(&b), "{:?} and {:?} give {:?} and {:?}", a, b, quote(&a), quote(&b));
+        // The same words split otherwise: the joined text is the same, the id is not.
+        let split: Vec<String> = a.iter().flat_map(|arg| arg.split(' ').map(str::to_owned)).collect();
+        prop_assert_eq!(split.join(" "), a.join(" "));
+        prop_assert_eq!(split == a, quote(&split) == quote(&a), "{:?} and {:?} share {:?}", a, split, quote(&a));
     }
 }

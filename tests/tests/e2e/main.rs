@@ -14,6 +14,7 @@ mod limits;
 mod policies;
 mod preview;
 mod reload;
+mod security;
 mod services;
 mod support;
 mod tls;

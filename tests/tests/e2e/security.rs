@@ -1,0 +1,102 @@
+//! Fixes of what an outside review found (issue "Security fixes"): each
+//! test is an attack that worked before its fix.
+
+use std::time::Duration;
+
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Outcome};
+
+use crate::support::{PLAIN_APPROVER, TestMonitor, bundled_policies};
+
+fn alice() -> Actor {
+    Actor::new("alice", "claude-code", "s1")
+}
+
+fn copy_bundled() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(bundled_policies()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+async fn approve_for_window(monitor: &TestMonitor, token: &str, approval_id: String) -> pb::Approval {
+    let mut approvals = monitor.approvals(token).await;
+    let resolve = pb::ResolveRequest { approval_id, approve: true, grant_for_seconds: 900, ..Default::default() };
+    approvals.resolve(resolve).await.expect("approved").into_inner()
+}
+
+/// Two argvs that joined with spaces read the same are two commands: a
+/// window approved for one, by an approver of no group, does not let the
+/// other (which needs a release manager) through.
+#[tokio::test]
+async fn a_window_for_one_argv_does_not_cover_another_that_joins_the_same() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let spaced = || ActionRequest::exec(["git", "-c", "color.ui=auto", "push origin main"]);
+    let split = || ActionRequest::exec(["git", "-c", "color.ui=auto", "push", "origin", "main"]);
+    let pending = harness.authorize(&alice(), spaced()).await.unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+    assert_eq!(pending.policy_ids, ["commands.git-inline-config"]);
+    let approved = approve_for_window(&monitor, PLAIN_APPROVER, pending.approval_id).await;
+    assert_eq!(approved.state, pb::ApprovalState::Approved as i32);
+    assert_eq!(harness.authorize(&alice(), spaced()).await.unwrap().outcome, Outcome::Allow);
+
+    let other = harness.authorize(&alice(), split()).await.unwrap();
+    assert_eq!(other.outcome, Outcome::Pending, "{:?}", other.reasons);
+    assert!(other.policy_ids.contains(&"commands.protected-branch-push".to_owned()), "{:?}", other.policy_ids);
+    // The two are told apart in the audit log too.
+    let audit = monitor.audit().await;
+    let resources: std::collections::BTreeSet<_> =
+        audit.iter().filter(|r| r.kind == "decision").map(|r| r.resource.clone()).collect();
+    assert!(resources.contains(r#"Command::"git -c color.ui=auto 'push origin main'""#), "{resources:?}");
+    assert!(resources.contains(r#"Command::"git -c color.ui=auto push origin main""#), "{resources:?}");
+}
+
+/// A window an approver granted lifts only the forbids that approver may
+/// lift: a forbid added later for another group still asks its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_lifts_only_forbids_of_the_approver_s_groups() {
+    let dir = copy_bundled();
+    let monitor = TestMonitor::start_with(dir.path().to_owned()).await;
+    let harness = monitor.harness().await;
+    let log = || ActionRequest::exec(["git", "-c", "core.pager=cat", "log"]);
+    let pending = harness.authorize(&alice(), log()).await.unwrap();
+    assert_eq!(pending.policy_ids, ["commands.git-inline-config"]);
+    approve_for_window(&monitor, PLAIN_APPROVER, pending.approval_id).await;
+    assert_eq!(harness.authorize(&alice(), log()).await.unwrap().outcome, Outcome::Allow);
+
+    // The security team now wants release managers to look at history reads.
+    let policy = "@id(\"log-needs-release\")\n@reason(\"reading history needs a release manager\")\n@approvers(\"release-managers\")\nforbid (principal, action == Action::\"exec\", resource in Program::\"git\") when { resource.args.contains(\"log\") } unless { context.approved };\n";
+    std::fs::write(dir.path().join("log.cedar"), policy).unwrap();
+    let mut waited = Duration::ZERO;
+    loop {
+        let decision = harness.authorize(&alice(), log()).await.unwrap();
+        if decision.outcome == Outcome::Pending {
+            // The window no longer counts: every forbid in the way asks again.
+            assert!(decision.policy_ids.contains(&"log-needs-release".to_owned()), "{decision:?}");
+            assert!(decision.grant_ids.is_empty(), "{decision:?}");
+            break;
+        }
+        assert!(waited < Duration::from_secs(10), "the new forbid never applied: {decision:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    // An admin's grant is approval for every forbid a person may lift.
+    let mut admin = monitor.admin().await;
+    admin
+        .create_grant(pb::CreateGrantRequest {
+            user: "alice".into(),
+            actions: vec!["exec".into()],
+            resource_scope: "program:git".into(),
+            ttl_seconds: 600,
+            reason: "release week".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(harness.authorize(&alice(), log()).await.unwrap().outcome, Outcome::Allow);
+}
