@@ -434,6 +434,9 @@ impl Monitor {
         let request = normalize(&input)?;
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
         let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
+        // What the policies say now, before the cap on waiting approvals
+        // (which a replay of a waiting request would itself count towards).
+        let fresh = evaluation.outcome;
         if evaluation.outcome == Outcome::Pending {
             let waiting = self.store.pending_count(&request.actor.session, unix_ns(now))?;
             if waiting >= self.config.max_pending_per_session {
@@ -494,7 +497,11 @@ impl Monitor {
                 Committed::KeyReused(_) => return Err(key_reused(&decided.request_id)),
                 other => return Err(unexpected(other)),
             };
-            if self.grants_active(&earlier.grant_ids, decided.now_ns) {
+            // The remembered decision stands while a fresh one says the
+            // same: a change of what it depended on beyond the policy
+            // version (the session's labels, a grant gone or new, the
+            // user's rights) is decided afresh and recorded under the key.
+            if earlier.outcome == fresh && self.grants_active(&earlier.grant_ids, decided.now_ns) {
                 // A lock that came while the commit waited for its batch
                 // still stops an ALLOW.
                 return Ok(self.unless_locked(actor, self.current(earlier).await?));

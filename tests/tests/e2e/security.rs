@@ -100,3 +100,29 @@ async fn a_window_lifts_only_forbids_of_the_approver_s_groups() {
         .unwrap();
     assert_eq!(harness.authorize(&alice(), log()).await.unwrap().outcome, Outcome::Allow);
 }
+
+/// The same request id replayed after the session gained the trifecta's
+/// labels is decided afresh (and recorded), not answered with the ALLOW of
+/// before.
+#[tokio::test]
+async fn a_replay_after_the_session_changed_is_decided_afresh() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let actor = Actor::new("alice", "claude-code", "replayed");
+    let gist = || ActionRequest::http("POST", "https://api.github.com/gists").request_id("x");
+    let first = harness.authorize(&actor, gist()).await.unwrap();
+    assert_eq!(first.outcome, Outcome::Allow);
+    // Replayed while nothing changed: the same decision, no new record.
+    let again = harness.authorize(&actor, gist()).await.unwrap();
+    assert_eq!((again.outcome, again.audit_seq), (Outcome::Allow, first.audit_seq));
+
+    harness.authorize(&actor, ActionRequest::http("GET", "https://example.com/")).await.unwrap();
+    harness.authorize(&actor, ActionRequest::read_file("/home/alice/private/taxes.txt")).await.unwrap();
+    let replayed = harness.authorize(&actor, gist()).await.unwrap();
+    assert_eq!(replayed.outcome, Outcome::Pending, "{replayed:?}");
+    assert_eq!(replayed.policy_ids, ["trifecta.no-exfiltration"]);
+    assert!(replayed.audit_seq > first.audit_seq, "the fresh decision is recorded");
+    // And the fresh decision is what the key now answers.
+    let once_more = harness.authorize(&actor, gist()).await.unwrap();
+    assert_eq!((once_more.outcome, once_more.audit_seq), (Outcome::Pending, replayed.audit_seq));
+}
