@@ -321,15 +321,38 @@ fn short_hash(hash: &str) -> String {
 }
 
 /// Text from the request, made safe for a terminal and a notification: no
-/// control characters (escape sequences), no markup.
+/// control characters (escape sequences), no characters that reorder what
+/// follows them (bidi embeddings, overrides and isolates, which can make
+/// `rm -rf /` read as something else), no markup. Each is shown escaped.
 pub fn safe(text: &str) -> String {
     text.chars()
         .flat_map(|c| match c {
             '<' => vec!['‹'],
             '>' => vec!['›'],
             '&' => vec!['+'],
-            c if c.is_control() => c.escape_default().collect(),
+            c if c.is_control() || reorders(c) => c.escape_unicode().collect(),
             c => vec![c],
         })
         .collect()
+}
+
+/// The bidirectional formatting characters: marks, embeddings, overrides
+/// and isolates.
+fn reorders(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe;
+
+    #[test]
+    fn escape_sequences_direction_overrides_and_markup_are_shown_escaped() {
+        let shown = safe("alice\u{1b}[2J\u{202e}txt.exe <b>&");
+        assert_eq!(shown, "alice\\u{1b}[2J\\u{202e}txt.exe ‹b›+");
+        for c in ['\u{200e}', '\u{200f}', '\u{61c}', '\u{202a}', '\u{202d}', '\u{2066}', '\u{2069}', '\n', '\u{7}'] {
+            assert!(!safe(&c.to_string()).contains(c), "{c:?}");
+        }
+        assert_eq!(safe("git push origin main"), "git push origin main");
+    }
 }

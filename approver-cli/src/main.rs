@@ -1198,7 +1198,9 @@ fn audit_line(record: &pb::AuditRecord) -> String {
     if !record.policy_ids.is_empty() {
         line.push_str(&format!(" [{}]", record.policy_ids.join(", ")));
     }
-    line
+    // Everything in a record may come from a harness: no escape sequence or
+    // direction override reaches the terminal.
+    approvals::safe(&line)
 }
 
 fn audit_json(record: &pb::AuditRecord) -> serde_json::Value {

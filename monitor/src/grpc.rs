@@ -493,6 +493,10 @@ impl pb::approvals_server::Approvals for ApprovalsService {
                 }
                 tx.try_send(event).is_ok()
             };
+            // An approval listed as current may also come as a new event
+            // (published after the subscription, read before the list): a
+            // watcher sees it once.
+            let mut listed: std::collections::HashSet<String> = current.iter().map(|a| a.approval_id.clone()).collect();
             for approval in current {
                 let event = pb::ApprovalEvent {
                     kind: pb::ApprovalEventKind::Current as i32,
@@ -512,6 +516,11 @@ impl pb::approvals_server::Approvals for ApprovalsService {
                     () = tx.closed() => return,
                 };
                 let sent = match event {
+                    Ok(ApprovalEvent { approval })
+                        if approval.state == ApprovalState::Pending && listed.remove(&approval.approval_id) =>
+                    {
+                        true
+                    }
                     Ok(ApprovalEvent { approval }) => send(Ok(approval_event(approval))),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::warn!(watcher = %caller.name, missed, "approval watcher cut off: too slow");

@@ -220,17 +220,22 @@ pub struct NormalizedRequest {
     pub context: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Checks an actor's ids (`actor.user`, `actor.agent`, `actor.session`).
+pub fn normalize_actor(actor: &Actor) -> Result<Actor, InvalidInput> {
+    Ok(Actor {
+        user: id_field("actor.user", &actor.user)?,
+        agent: id_field("actor.agent", &actor.agent)?,
+        session: id_field("actor.session", &actor.session)?,
+    })
+}
+
 /// Checks and normalizes one request.
 pub fn normalize(input: &RequestInput) -> Result<NormalizedRequest, InvalidInput> {
     if input.request_id.len() > limits::ID_BYTES {
         return Err(too_long("request_id", limits::ID_BYTES));
     }
     check_text("request_id", &input.request_id)?;
-    let actor = Actor {
-        user: id_field("actor.user", &input.actor.user)?,
-        agent: id_field("actor.agent", &input.actor.agent)?,
-        session: id_field("actor.session", &input.actor.session)?,
-    };
+    let actor = normalize_actor(&input.actor)?;
     let action = input.action.trim();
     if action.is_empty() {
         return Err(InvalidInput::new("action", "must not be empty"));

@@ -56,6 +56,9 @@ struct Buckets {
 
 /// Buckets kept before those that have refilled are dropped.
 const KEEP: usize = 100_000;
+/// Most buckets at once: with this many still draining, a new key is
+/// refused (memory stays bounded, whatever the keys a caller invents).
+pub const MAX_BUCKETS: usize = 1_000_000;
 
 impl Limiter {
     /// Takes one token from `key`'s bucket, or says how long to wait.
@@ -73,6 +76,9 @@ impl Limiter {
             *sweep_at = by_key.len().saturating_mul(2);
         }
         let burst = f64::from(rate.burst.max(1));
+        if by_key.len() >= MAX_BUCKETS && !by_key.contains_key(key) {
+            return Err(Limited { retry_after: Duration::from_secs(1), first: false });
+        }
         let bucket = by_key.entry(key.to_owned()).or_insert(Bucket { tokens: burst, last: now, limited: false, rate });
         bucket.rate = rate;
         let elapsed = now.saturating_duration_since(bucket.last).as_secs_f64();

@@ -343,9 +343,17 @@ impl Monitor {
         let now = std::time::Instant::now();
         let checks = [
             caller.rate.map(|rate| (format!("harness:{}", caller.name), rate, format!("credential `{}`", caller.name))),
-            self.config
-                .session_rate
-                .map(|rate| (format!("session:{}", actor.session), rate, format!("session `{}`", actor.session))),
+            // A session's bucket is its harness's and user's: no harness
+            // can spend another's (or another user's) budget by naming
+            // the same session id. Ids hold no control characters, so the
+            // NUL separators are unambiguous.
+            self.config.session_rate.map(|rate| {
+                (
+                    format!("session:{}\0{}\0{}", caller.name, actor.user, actor.session),
+                    rate,
+                    format!("session `{}`", actor.session),
+                )
+            }),
         ];
         for (key, rate, who) in checks.into_iter().flatten() {
             if let Err(limited) = self.limiter.take(&key, rate, now) {
@@ -428,10 +436,11 @@ impl Monitor {
                 caller.name, input.actor.user
             )));
         }
-        self.rate_limit(caller, &input.actor).await?;
+        // Bad input is refused before it costs anyone a token or a bucket.
+        let request = normalize(&input)?;
+        self.rate_limit(caller, &request.actor).await?;
         let request_hash = request_hash(&input);
         let now = self.now();
-        let request = normalize(&input)?;
         let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
         let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
         // What the policies say now, before the cap on waiting approvals
@@ -531,7 +540,6 @@ impl Monitor {
             )
             .into());
         }
-        self.rate_limit(caller, &input.actor).await?;
         let requests = input
             .resources
             .into_iter()
@@ -551,6 +559,8 @@ impl Monitor {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let actor = crate::normalize::normalize_actor(&input.actor)?;
+        self.rate_limit(caller, &actor).await?;
         let now = self.now();
         let (snapshot, facts) = self.facts(&input.actor, &caller.name)?;
         let mut waiting = None;

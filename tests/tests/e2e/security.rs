@@ -126,3 +126,40 @@ async fn a_replay_after_the_session_changed_is_decided_afresh() {
     let once_more = harness.authorize(&actor, gist()).await.unwrap();
     assert_eq!((once_more.outcome, once_more.audit_seq), (Outcome::Pending, replayed.audit_seq));
 }
+
+/// Bad input is refused before it costs a token: a harness that floods
+/// invalid requests still gets its valid one through.
+#[tokio::test]
+async fn invalid_requests_spend_no_rate_budget() {
+    let monitor = TestMonitor::start().await;
+    let limited = monitor.sdk(crate::support::LIMITED).await;
+    let huge = Actor::new("alice", "claude-code", "s".repeat(120_000));
+    for _ in 0..5 {
+        let error = limited.authorize(&huge, ActionRequest::read_file("/home/alice/project/a")).await.unwrap_err();
+        let warden_sdk::Error::Status(status) = error else { panic!("{error:?}") };
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().starts_with("actor.session"), "{status:?}");
+    }
+    let fine = limited.authorize(&alice(), ActionRequest::read_file("/home/alice/project/a")).await.unwrap();
+    assert_eq!(fine.outcome, Outcome::Allow);
+}
+
+/// A session's rate budget is its harness's and user's: another harness
+/// naming the same session id does not drain it.
+#[tokio::test]
+async fn one_harness_cannot_spend_another_s_session_budget() {
+    let monitor = TestMonitor::start_tuned(|c| {
+        c.session_rate = warden_monitor::ratelimit::Rate::from_config(0.5, Some(2));
+    })
+    .await;
+    let noisy = monitor.harness().await;
+    let owner = monitor.sdk(crate::support::ALICE_ONLY).await;
+    let read = || ActionRequest::read_file("/home/alice/project/a");
+    let mut refused = false;
+    for _ in 0..4 {
+        refused |= noisy.authorize(&alice(), read()).await.is_err();
+    }
+    assert!(refused, "the noisy harness is over its session budget");
+    let decision = owner.authorize(&alice(), read()).await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Allow);
+}
