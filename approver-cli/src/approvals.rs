@@ -2,17 +2,22 @@
 //! the terminal and as desktop notifications.
 //!
 //! A notification's buttons resolve exactly the approval it shows, and only
-//! if the request still has the hash shown on it: any program on the
-//! desktop's session bus can fake a click (an `ActionInvoked` signal), so a
-//! click is a gesture, and the authenticated `Resolve` with the approver's
-//! token, bound to that approval id and request hash, is what counts.
+//! if the request still has the hash shown on it. Any program on the
+//! desktop's session bus can emit an `ActionInvoked` signal, so a click is
+//! taken only from the notification server itself: the signal's sender (set
+//! by the bus daemon, not the emitter) must be the current owner of
+//! `org.freedesktop.Notifications`, its path `/org/freedesktop/Notifications`,
+//! and its id one this watcher showed and has not seen closed. A program
+//! that drives the notification server itself (dunstctl, synthetic input)
+//! still clicks: a notification is for a desktop where no agent runs.
+//! Approving for a window is not offered on a notification; it needs
+//! `approvals approve ID --for DURATION`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use notify_rust::{Notification, NotificationHandle, NotificationResponse, Timeout};
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -69,7 +74,7 @@ pub async fn resolve(mut client: ApprovalsClient, request: pb::ResolveRequest, j
 /// Streams pending approvals to the terminal and, with `notify`, to the
 /// desktop (buttons Approve, Approve 15 min, Deny). Runs until the stream ends or the monitor cuts it off.
 pub async fn watch(client: ApprovalsClient, notify: bool, json: bool) -> anyhow::Result<()> {
-    let mut desktop = if notify { Desktop::connect().await } else { None };
+    let mut desktop = if notify { Desktop::connect(client.clone()).await } else { None };
     let mut events = client.clone().watch_pending(pb::WatchPendingRequest {}).await?.into_inner();
     if !json {
         println!("watching for approvals (Ctrl-C to stop)");
@@ -86,7 +91,7 @@ pub async fn watch(client: ApprovalsClient, notify: bool, json: bool) -> anyhow:
         if let Some(desktop) = desktop.as_mut() {
             match kind {
                 pb::ApprovalEventKind::Current | pb::ApprovalEventKind::New => {
-                    desktop.show(&approval, client.clone()).await;
+                    desktop.show(&approval).await;
                 }
                 _ => desktop.close(&approval.approval_id).await,
             }
@@ -141,109 +146,199 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
     lines
 }
 
-/// Desktop notifications, one per pending approval.
+/// Desktop notifications, one per pending approval, over the session bus.
 struct Desktop {
-    shown: HashMap<String, Arc<NotificationHandle>>,
+    bus: zbus::Connection,
+    /// The notifications shown and not closed: id → what a click resolves.
+    shown: Arc<Mutex<HashMap<u32, Shown>>>,
+}
+
+/// What a notification shows, so what its click may resolve.
+#[derive(Debug, Clone)]
+struct Shown {
+    approval_id: String,
+    request_hash: String,
+    /// A click was taken: later ones (a double click, a replayed signal)
+    /// are not.
+    clicked: bool,
+}
+
+const SERVER: &str = "org.freedesktop.Notifications";
+const PATH: &str = "/org/freedesktop/Notifications";
+const ACTION_APPROVE: &str = "approve";
+const ACTION_DENY: &str = "deny";
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Desktop {
-    /// Checks that a notification server answers; says why not otherwise.
-    async fn connect() -> Option<Self> {
-        let probe = tokio::task::spawn_blocking(notify_rust::get_server_information).await;
-        match probe {
-            Ok(Ok(info)) => {
-                eprintln!("desktop notifications through {} {}", info.name, info.version);
-                Some(Self { shown: HashMap::new() })
-            }
-            Ok(Err(e)) => {
+    /// Connects to the session bus and checks that a notification server
+    /// answers; says why not otherwise. Starts listening for clicks.
+    async fn connect(client: ApprovalsClient) -> Option<Self> {
+        let connected = async {
+            let bus = zbus::Connection::session().await?;
+            let info = bus.call_method(Some(SERVER), PATH, Some(SERVER), "GetServerInformation", &()).await?;
+            let (name, _vendor, version, _spec): (String, String, String, String) = info.body().deserialize()?;
+            Ok::<_, zbus::Error>((bus, name, version))
+        };
+        let (bus, name, version) = match connected.await {
+            Ok(found) => found,
+            Err(e) => {
                 eprintln!(
                     "wardenctl: no desktop notifications ({e}); is a notification server running on this session's D-Bus \
                      (DBUS_SESSION_BUS_ADDRESS)? Watching in the terminal only."
                 );
-                None
+                return None;
             }
+        };
+        let rule = format!("type='signal',interface='{SERVER}'");
+        let signals = match zbus::MessageStream::for_match_rule(rule.as_str(), &bus, None).await {
+            Ok(signals) => signals,
             Err(e) => {
-                eprintln!("wardenctl: no desktop notifications ({e}); watching in the terminal only.");
-                None
+                eprintln!(
+                    "wardenctl: no desktop notifications (cannot listen for clicks: {e}); watching in the terminal only."
+                );
+                return None;
             }
-        }
+        };
+        eprintln!("desktop notifications through {} {}", safe(&name), safe(&version));
+        let shown = Arc::default();
+        tokio::spawn(listen(bus.clone(), signals, Arc::clone(&shown), client));
+        Some(Self { bus, shown })
     }
 
-    async fn show(&mut self, approval: &pb::Approval, client: ApprovalsClient) {
-        if self.shown.contains_key(&approval.approval_id) {
+    async fn show(&mut self, approval: &pb::Approval) {
+        if lock(&self.shown).values().any(|s| s.approval_id == approval.approval_id) {
             return;
         }
         let request = approval.request.clone().unwrap_or_default();
         let actor = request.actor.clone().unwrap_or_default();
         let summary = format!("Warden: {} wants {}", safe(&actor.user), safe(&request.action));
         let body = describe(approval).join("\n");
-        let shown = Notification::new()
-            .appname("wardenctl")
-            .summary(&summary)
-            .body(&body)
-            .action(ACTION_APPROVE, "Approve")
-            .action(ACTION_APPROVE_WINDOW, "Approve 15 min")
-            .action(ACTION_DENY, "Deny")
-            .timeout(Timeout::Never)
-            .show_async()
-            .await;
-        let handle = match shown {
-            Ok(handle) => Arc::new(handle),
+        let actions = [ACTION_APPROVE, "Approve", ACTION_DENY, "Deny"];
+        let hints: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+        // Shown until resolved: expire timeout 0 is "never".
+        let notify = ("wardenctl", 0u32, "", summary.as_str(), body.as_str(), actions.as_slice(), hints, 0i32);
+        let id = match self.bus.call_method(Some(SERVER), PATH, Some(SERVER), "Notify", &notify).await {
+            Ok(reply) => match reply.body().deserialize::<u32>() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("wardenctl: the notification server answered oddly for {}: {e}", approval.approval_id);
+                    return;
+                }
+            },
             Err(e) => {
                 eprintln!("wardenctl: could not show a notification for {}: {e}", approval.approval_id);
                 return;
             }
         };
-        self.shown.insert(approval.approval_id.clone(), Arc::clone(&handle));
-        let approval_id = approval.approval_id.clone();
-        let request_hash = approval.request_hash.clone();
-        tokio::spawn(async move {
-            let mut clicked = None;
-            handle
-                .wait_for_action_async(|response| {
-                    if let NotificationResponse::Action(key) = response {
-                        clicked = Some(key.clone());
-                    }
-                })
-                .await;
-            let (approve, grant_for_seconds, note) = match clicked.as_deref() {
-                Some(ACTION_APPROVE) => (true, 0, "approved from the desktop"),
-                Some(ACTION_APPROVE_WINDOW) => (true, WINDOW.as_secs(), "approved for 15 minutes from the desktop"),
-                Some(ACTION_DENY) => (false, 0, "denied from the desktop"),
-                _ => return,
-            };
-            let request = pb::ResolveRequest {
-                approval_id: approval_id.clone(),
-                approve,
-                note: note.into(),
-                grant_for_seconds,
-                grant_scope: String::new(),
-                // Bound to the request shown: a different one is not resolved.
-                request_hash,
-            };
-            match client.clone().resolve(request).await {
-                Ok(resolved) => {
-                    let resolved = resolved.into_inner();
-                    println!("{} {} (from the desktop)", state_str(resolved.state), resolved.approval_id);
-                }
-                Err(status) => eprintln!("wardenctl: resolving {approval_id} failed: {}", status.message()),
-            }
-        });
+        let shown = Shown {
+            approval_id: approval.approval_id.clone(),
+            request_hash: approval.request_hash.clone(),
+            clicked: false,
+        };
+        lock(&self.shown).insert(id, shown);
     }
 
     async fn close(&mut self, approval_id: &str) {
-        if let Some(handle) = self.shown.remove(approval_id) {
-            handle.close_async().await;
+        let ids: Vec<u32> = {
+            let mut shown = lock(&self.shown);
+            let ids: Vec<u32> = shown.iter().filter(|(_, s)| s.approval_id == approval_id).map(|(id, _)| *id).collect();
+            for id in &ids {
+                shown.remove(id);
+            }
+            ids
+        };
+        for id in ids {
+            let _ = self.bus.call_method(Some(SERVER), PATH, Some(SERVER), "CloseNotification", &(id,)).await;
         }
     }
 }
 
-const ACTION_APPROVE: &str = "approve";
-/// Approve, and let the same action on the same resource through for
-/// [`WINDOW`] in this session without asking again.
-const ACTION_APPROVE_WINDOW: &str = "approve-15m";
-const WINDOW: Duration = Duration::from_secs(15 * 60);
-const ACTION_DENY: &str = "deny";
+/// Takes clicks from the notification server only: the sender must own
+/// `org.freedesktop.Notifications` at that moment, the path be the
+/// server's, and the id one shown and not closed. Everything else is a
+/// forgery (any program on the bus can emit the signal) and is ignored,
+/// with a line saying so.
+async fn listen(
+    bus: zbus::Connection,
+    mut signals: zbus::MessageStream,
+    shown: Arc<Mutex<HashMap<u32, Shown>>>,
+    client: ApprovalsClient,
+) {
+    while let Some(Ok(message)) = signals.next().await {
+        let header = message.header();
+        let member = header.member().map(|m| m.as_str().to_owned()).unwrap_or_default();
+        let sender = header.sender().map(|s| s.as_str().to_owned()).unwrap_or_default();
+        let from_server = header.path().is_some_and(|p| p.as_str() == PATH) && {
+            let owner = bus
+                .call_method(
+                    Some("org.freedesktop.DBus"),
+                    "/org/freedesktop/DBus",
+                    Some("org.freedesktop.DBus"),
+                    "GetNameOwner",
+                    &(SERVER,),
+                )
+                .await
+                .and_then(|reply| reply.body().deserialize::<String>());
+            owner.is_ok_and(|owner| !sender.is_empty() && owner == sender)
+        };
+        match member.as_str() {
+            "ActionInvoked" => {
+                let Ok((id, key)) = message.body().deserialize::<(u32, String)>() else { continue };
+                if !from_server {
+                    eprintln!(
+                        "wardenctl: ignored a click on notification {id} from `{}`, which is not the notification server",
+                        safe(&sender)
+                    );
+                    continue;
+                }
+                // One click per notification; it stays shown until its
+                // approval is resolved (and closed by `close`).
+                let target = {
+                    let mut shown = lock(&shown);
+                    match shown.get_mut(&id) {
+                        Some(target) if !target.clicked => {
+                            target.clicked = true;
+                            target.clone()
+                        }
+                        _ => continue,
+                    }
+                };
+                let (approve, note) = match key.as_str() {
+                    ACTION_APPROVE => (true, "approved from the desktop"),
+                    ACTION_DENY => (false, "denied from the desktop"),
+                    _ => continue,
+                };
+                let request = pb::ResolveRequest {
+                    approval_id: target.approval_id.clone(),
+                    approve,
+                    note: note.into(),
+                    grant_for_seconds: 0,
+                    grant_scope: String::new(),
+                    // Bound to the request shown: a different one is not resolved.
+                    request_hash: target.request_hash,
+                };
+                match client.clone().resolve(request).await {
+                    Ok(resolved) => {
+                        let resolved = resolved.into_inner();
+                        println!("{} {} (from the desktop)", state_str(resolved.state), resolved.approval_id);
+                    }
+                    Err(status) => {
+                        eprintln!("wardenctl: resolving {} failed: {}", target.approval_id, status.message())
+                    }
+                }
+            }
+            "NotificationClosed" if from_server => {
+                if let Ok((id, _reason)) = message.body().deserialize::<(u32, u32)>() {
+                    lock(&shown).remove(&id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 fn kind_str(kind: pb::ApprovalEventKind) -> &'static str {
     match kind {

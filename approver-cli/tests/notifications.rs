@@ -198,6 +198,37 @@ async fn approve_from_a_real_desktop_notification() {
 
     let desktop = tokio::task::spawn_blocking(move || {
         desktop.wait_until("the notification is displayed", || desktop.displayed() == 1);
+        // Another program on the bus forges clicks: every action key, on the
+        // server's path and elsewhere, for the ids dunst hands out first.
+        for key in ["approve", "approve-15m", "deny"] {
+            for path in ["/org/freedesktop/Notifications", "/x"] {
+                for id in 1..=3 {
+                    let forged = desktop
+                        .command("dbus-send")
+                        .args(["--session", "--type=signal", path, "org.freedesktop.Notifications.ActionInvoked"])
+                        .arg(format!("uint32:{id}"))
+                        .arg(format!("string:{key}"))
+                        .status()
+                        .unwrap();
+                    assert!(forged.success());
+                }
+            }
+        }
+        desktop
+    })
+    .await
+    .unwrap();
+    // None of them resolved anything.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished(), "a forged click resolved the approval");
+    let mut approvals = warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(
+        tonic::transport::Channel::from_shared(endpoint.clone()).unwrap().connect().await.unwrap(),
+        BearerToken::new(APPROVER).unwrap(),
+    );
+    let pending = approvals.list_pending(warden_proto::v1::ListPendingRequest::default()).await.unwrap().into_inner();
+    assert_eq!(pending.approvals.len(), 1, "the approval is still pending after forged clicks");
+
+    let desktop = tokio::task::spawn_blocking(move || {
         // Open dunst's context menu: the scripted dmenu picks Approve.
         let status = desktop.command("dunstctl").arg("context").status().unwrap();
         assert!(status.success());
