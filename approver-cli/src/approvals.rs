@@ -28,7 +28,16 @@ pub type ApprovalsClient = pb::approvals_client::ApprovalsClient<InterceptedServ
 
 /// Prints the pending approvals.
 pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()> {
-    let approvals = client.list_pending(pb::ListPendingRequest {}).await?.into_inner().approvals;
+    let mut approvals = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client.list_pending(pb::ListPendingRequest { page_size: 0, page_token }).await?.into_inner();
+        approvals.extend(page.approvals);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
     if json {
         for approval in &approvals {
             println!("{}", approval_json(approval));
@@ -46,13 +55,36 @@ pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()>
         println!(
             "{:<42} {:<28} {:<13} {:<9} {}",
             approval.approval_id,
-            safe(&format!("{}/{}/{}", actor.user, actor.agent, actor.session)),
-            safe(&request.action),
+            shorten(&safe(&format!("{}/{}/{}", actor.user, actor.agent, actor.session)), 64),
+            shorten(&safe(&request.action), 32),
             left(approval.expires_at.as_ref()),
-            safe(&approval.resource)
+            shorten(&safe(&approval.resource), 160)
         );
     }
     Ok(())
+}
+
+/// Prints one approval in full.
+pub async fn show(mut client: ApprovalsClient, id: &str, json: bool) -> anyhow::Result<()> {
+    let approval = client.get_approval(pb::GetApprovalRequest { approval_id: id.to_owned() }).await?.into_inner();
+    if json {
+        println!("{}", approval_json(&approval));
+        return Ok(());
+    }
+    println!("{} {}", approval.approval_id, state_str(approval.state));
+    for line in describe(&approval) {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// `text` cut to `max` characters, with `…` where it was cut: a harness's
+/// huge field must not push everything else off an approver's screen.
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", text.get(..cut).unwrap_or(text)),
+        None => text.to_owned(),
+    }
 }
 
 /// Approves or denies one approval and prints how it ended.
@@ -215,7 +247,8 @@ impl Desktop {
         let request = approval.request.clone().unwrap_or_default();
         let actor = request.actor.clone().unwrap_or_default();
         let summary = format!("Warden: {} wants {}", safe(&actor.user), safe(&request.action));
-        let body = describe(approval).join("\n");
+        let body: Vec<String> = describe(approval).iter().map(|line| shorten(line, 300)).collect();
+        let body = body.join("\n");
         let actions = [ACTION_APPROVE, "Approve", ACTION_DENY, "Deny"];
         let hints: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
         // Shown until resolved: expire timeout 0 is "never".

@@ -204,8 +204,15 @@ enum Kind {
 
 #[derive(Debug, Subcommand)]
 enum ApprovalsCommand {
-    /// The approvals waiting for a person, earliest deadline first.
+    /// The approvals waiting for a person, earliest deadline first (long
+    /// fields shortened: `show ID` prints one whole).
     List,
+    /// One approval in full: the request as sent, the policies in the way,
+    /// how it stands.
+    Show {
+        /// The approval id
+        id: String,
+    },
     /// Approve one: the monitor checks the request against the policies of
     /// this moment, then the waiting agent may go ahead.
     Approve {
@@ -426,6 +433,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let client = cli.connection.approvals().await?;
             match command {
                 ApprovalsCommand::List => approvals::list(client, cli.json).await?,
+                ApprovalsCommand::Show { id } => approvals::show(client, &id, cli.json).await?,
                 ApprovalsCommand::Approve { id, note, for_, scope, request_hash } => {
                     let grant_for_seconds = match for_ {
                         Some(text) => warden_monitor::duration::parse_duration(&text)?.as_secs(),

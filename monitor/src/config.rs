@@ -97,6 +97,8 @@ pub struct FileConfig {
     pub session_burst: Option<u32>,
     /// Most approvals one session may have waiting at once (default 20).
     pub max_pending_per_session: Option<usize>,
+    /// Most approvals one harness credential may have waiting at once.
+    pub max_pending_per_harness: Option<usize>,
     /// TLS certificate chain (PEM file).
     pub tls_cert: Option<PathBuf>,
     /// TLS private key (PEM file).
@@ -144,6 +146,8 @@ pub struct Settings {
     pub session_rate: Option<crate::ratelimit::Rate>,
     /// Most approvals one session may have waiting at once.
     pub max_pending_per_session: usize,
+    /// Most approvals one harness credential may have waiting at once.
+    pub max_pending_per_harness: usize,
     /// TLS certificate chain.
     pub tls_cert: Option<PathBuf>,
     /// TLS private key.
@@ -203,6 +207,7 @@ impl Settings {
                 None => None,
             },
             max_pending_per_session: file.max_pending_per_session.unwrap_or(20),
+            max_pending_per_harness: file.max_pending_per_harness.unwrap_or(100),
             tls_cert: file.tls_cert,
             tls_key: file.tls_key,
             tls_client_ca: file.tls_client_ca,

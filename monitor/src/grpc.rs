@@ -249,6 +249,13 @@ impl AdminService {
     }
 }
 
+/// Approvals in a `ListPending` page unless asked otherwise, and at most.
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 500;
+/// A page ends before its approvals pass this many bytes (gRPC's default
+/// message limit is 4 MiB).
+const MAX_PAGE_BYTES: usize = 2 * 1024 * 1024;
+
 /// Default number of records `TailAudit` sends.
 const DEFAULT_TAIL: u32 = 20;
 /// Records read from the store at a time for `TailAudit`.
@@ -466,10 +473,56 @@ impl pb::approvals_server::Approvals for ApprovalsService {
 
     async fn list_pending(
         &self,
-        _request: Request<pb::ListPendingRequest>,
+        request: Request<pb::ListPendingRequest>,
     ) -> Result<Response<pb::ListPendingResponse>, Status> {
-        let approvals = self.monitor.list_pending()?.into_iter().map(approval_to_proto).collect();
-        Ok(Response::new(pb::ListPendingResponse { approvals }))
+        use prost::Message as _;
+        let m = request.into_inner();
+        let page_size = match m.page_size {
+            0 => DEFAULT_PAGE,
+            n if n as usize > MAX_PAGE => {
+                return Err(CallError::from(InvalidInput::new("page_size", format!("is more than {MAX_PAGE}"))).into());
+            }
+            n => n as usize,
+        };
+        // The token is the last listed approval's deadline and id: pending
+        // approvals are listed by (deadline, id), so the next page starts
+        // after it whatever was resolved meanwhile.
+        let after = if m.page_token.is_empty() {
+            None
+        } else {
+            let parsed =
+                m.page_token.split_once(':').and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned())));
+            Some(
+                parsed
+                    .ok_or_else(|| CallError::from(InvalidInput::new("page_token", "is not a token of this list")))?,
+            )
+        };
+        let pending = self.monitor.list_pending()?;
+        let mut rest = pending
+            .into_iter()
+            .filter(|a| after.as_ref().is_none_or(|(at, id)| (a.expires_unix_ns, &a.approval_id) > (*at, id)))
+            .peekable();
+        let mut approvals = Vec::new();
+        let mut bytes = 0;
+        let mut last = None;
+        while let Some(next) = rest.peek() {
+            let encoded = approval_to_proto(next.clone());
+            let size = encoded.encoded_len();
+            if approvals.len() == page_size || (!approvals.is_empty() && bytes + size > MAX_PAGE_BYTES) {
+                break;
+            }
+            bytes += size;
+            last = Some(format!("{}:{}", next.expires_unix_ns, next.approval_id));
+            approvals.push(encoded);
+            rest.next();
+        }
+        let next_page_token = if rest.peek().is_some() { last.unwrap_or_default() } else { String::new() };
+        Ok(Response::new(pb::ListPendingResponse { approvals, next_page_token }))
+    }
+
+    async fn get_approval(&self, request: Request<pb::GetApprovalRequest>) -> Result<Response<pb::Approval>, Status> {
+        let approval = self.monitor.approval(&request.into_inner().approval_id)?;
+        Ok(Response::new(approval_to_proto(approval)))
     }
 
     async fn watch_pending(

@@ -194,6 +194,7 @@ async fn serve(settings: Settings, tls: Option<TlsPem>, flags_socket: Option<Pat
             clock: system_clock(),
             session_rate: settings.session_rate,
             max_pending_per_session: settings.max_pending_per_session,
+            max_pending_per_harness: settings.max_pending_per_harness,
         },
     };
     let server = start_with_signal(config, listener, stop_signal()).await?;

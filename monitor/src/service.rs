@@ -137,6 +137,9 @@ pub struct MonitorConfig {
     pub session_rate: Option<crate::ratelimit::Rate>,
     /// Most approvals one session may have waiting at once.
     pub max_pending_per_session: usize,
+    /// Most approvals one harness credential may have waiting at once (so
+    /// that one harness, over many sessions, cannot flood the approvers).
+    pub max_pending_per_harness: usize,
 }
 
 impl Default for MonitorConfig {
@@ -148,6 +151,7 @@ impl Default for MonitorConfig {
             clock: system_clock(),
             session_rate: None,
             max_pending_per_session: 20,
+            max_pending_per_harness: 100,
         }
     }
 }
@@ -381,6 +385,27 @@ impl Monitor {
         Ok(())
     }
 
+    /// Why a new approval may not wait, when the session or the harness
+    /// already has as many waiting as it may (past their deadline, they no
+    /// longer count).
+    fn approvals_full(&self, caller: &Caller, session: &str, now_ns: i64) -> Result<Option<String>, StoreError> {
+        let waiting = self.store.pending_count(session, now_ns)?;
+        if waiting >= self.config.max_pending_per_session {
+            return Ok(Some(format!(
+                "session `{session}` already has {waiting} approvals waiting (at most {}): denied without asking",
+                self.config.max_pending_per_session
+            )));
+        }
+        let of_harness = self.store.pending_count_of_harness(&caller.name, now_ns)?;
+        if of_harness >= self.config.max_pending_per_harness {
+            return Ok(Some(format!(
+                "credential `{}` already has {of_harness} approvals waiting (at most {}): denied without asking",
+                caller.name, self.config.max_pending_per_harness
+            )));
+        }
+        Ok(None)
+    }
+
     /// Whether every grant in `ids` is still active.
     fn grants_active(&self, ids: &[String], now: i64) -> bool {
         let book = read(&self.grants);
@@ -446,17 +471,10 @@ impl Monitor {
         // What the policies say now, before the cap on waiting approvals
         // (which a replay of a waiting request would itself count towards).
         let fresh = evaluation.outcome;
-        if evaluation.outcome == Outcome::Pending {
-            let waiting = self.store.pending_count(&request.actor.session, unix_ns(now))?;
-            if waiting >= self.config.max_pending_per_session {
-                evaluation = Evaluation::deny(
-                    evaluation.policy_ids,
-                    vec![format!(
-                        "session `{}` already has {waiting} approvals waiting (at most {}): denied without asking",
-                        request.actor.session, self.config.max_pending_per_session
-                    )],
-                );
-            }
+        if evaluation.outcome == Outcome::Pending
+            && let Some(full) = self.approvals_full(caller, &request.actor.session, unix_ns(now))?
+        {
+            evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
         }
         let decided = Decided {
             caller,
@@ -563,17 +581,17 @@ impl Monitor {
         self.rate_limit(caller, &actor).await?;
         let now = self.now();
         let (snapshot, facts) = self.facts(&input.actor, &caller.name)?;
-        let mut waiting = None;
+        let mut waiting: Option<Option<String>> = None;
         let mut results = Vec::with_capacity(requests.len());
         for request in &requests {
             let mut evaluation = decide(&snapshot, request, &facts, now, &self.config.decision)?;
             if evaluation.outcome == Outcome::Pending {
-                let count = match waiting {
-                    Some(count) => count,
-                    None => *waiting.insert(self.store.pending_count(&input.actor.session, unix_ns(now))?),
+                let full = match &waiting {
+                    Some(full) => full.clone(),
+                    None => waiting.insert(self.approvals_full(caller, &input.actor.session, unix_ns(now))?).clone(),
                 };
-                if count >= self.config.max_pending_per_session {
-                    evaluation = Evaluation::deny(evaluation.policy_ids, vec![]);
+                if let Some(full) = full {
+                    evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
                 }
             }
             results.push((request, evaluation));
@@ -687,6 +705,12 @@ impl Monitor {
     /// Pending approvals, earliest deadline first.
     pub fn list_pending(&self) -> Result<Vec<ApprovalRecord>, CallError> {
         Ok(self.store.pending()?)
+    }
+
+    /// One approval, pending or not.
+    pub fn approval(&self, approval_id: &str) -> Result<ApprovalRecord, CallError> {
+        check_approval_id(approval_id)?;
+        self.store.approval(approval_id)?.ok_or_else(|| CallError::NotFound(format!("no approval `{approval_id}`")))
     }
 
     /// Pending approvals now, and a receiver of every change from now on.

@@ -627,6 +627,8 @@ struct Trees {
     approvals: sled::Tree,
     pending: sled::Tree,
     pending_sessions: sled::Tree,
+    /// `harness \0 approval id` → deadline: waiting approvals by harness.
+    pending_harnesses: sled::Tree,
     grants: sled::Tree,
     locks: sled::Tree,
     sessions: sled::Tree,
@@ -644,6 +646,7 @@ mod tree_no {
     pub const SESSIONS: u8 = 7;
     pub const REQUESTS_1: u8 = 8;
     pub const REQUESTS_2: u8 = 9;
+    pub const PENDING_HARNESSES: u8 = 10;
     /// The tree number of idempotency slot `slot`.
     pub fn requests(slot: usize) -> u8 {
         match slot {
@@ -666,6 +669,7 @@ impl Trees {
             approvals: db.open_tree(trees::APPROVALS)?,
             pending: db.open_tree(trees::PENDING)?,
             pending_sessions: db.open_tree(trees::PENDING_SESSIONS)?,
+            pending_harnesses: db.open_tree(trees::PENDING_HARNESSES)?,
             grants: db.open_tree(trees::GRANTS)?,
             locks: db.open_tree(trees::LOCKS)?,
             sessions: db.open_tree(trees::SESSIONS)?,
@@ -706,6 +710,7 @@ impl Trees {
             tree_no::APPROVALS => &self.approvals,
             tree_no::PENDING => &self.pending,
             tree_no::PENDING_SESSIONS => &self.pending_sessions,
+            tree_no::PENDING_HARNESSES => &self.pending_harnesses,
             tree_no::GRANTS => &self.grants,
             tree_no::LOCKS => &self.locks,
             tree_no::SESSIONS => &self.sessions,
@@ -782,6 +787,7 @@ pub mod trees {
     pub const PENDING: &str = "pending";
     /// session id NUL approval id -> empty: the pending approvals of each session.
     pub const PENDING_SESSIONS: &str = "pending_sessions";
+    pub const PENDING_HARNESSES: &str = "pending_harnesses";
     /// grant id -> [`crate::grants::Grant`] JSON.
     pub const GRANTS: &str = "grants";
     /// `session:ID` | `user:ID` | `agent:ID` -> [`super::Lock`] JSON.
@@ -972,10 +978,20 @@ impl Store {
     /// has expired it yet (so the answer does not depend on the sweeper's
     /// timing). Entries written before deadlines were kept here count.
     pub fn pending_count(&self, session: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
-        let mut prefix = session.as_bytes().to_vec();
+        Self::count_waiting(&self.trees.pending_sessions, session, now_unix_ns)
+    }
+
+    /// How many approvals the harness credential `harness` has waiting at
+    /// `now_unix_ns`, like [`Store::pending_count`].
+    pub fn pending_count_of_harness(&self, harness: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
+        Self::count_waiting(&self.trees.pending_harnesses, harness, now_unix_ns)
+    }
+
+    fn count_waiting(tree: &sled::Tree, owner: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
+        let mut prefix = owner.as_bytes().to_vec();
         prefix.push(0);
         let mut count = 0;
-        for item in self.trees.pending_sessions.scan_prefix(prefix) {
+        for item in tree.scan_prefix(prefix) {
             let (_, deadline) = item?;
             let waiting = match <[u8; 8]>::try_from(deadline.as_ref()) {
                 Ok(bytes) => i64::from_be_bytes(bytes) > now_unix_ns,
@@ -1559,12 +1575,17 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
             let mut by_session = approval.request.actor.session.as_bytes().to_vec();
             by_session.push(0);
             by_session.extend_from_slice(approval.approval_id.as_bytes());
+            let mut by_harness = approval.harness.as_bytes().to_vec();
+            by_harness.push(0);
+            by_harness.extend_from_slice(approval.approval_id.as_bytes());
             if approval.state == ApprovalState::Pending {
                 ops.push(put(tree_no::PENDING, &key, Vec::new()));
                 ops.push(put(tree_no::PENDING_SESSIONS, &by_session, approval.expires_unix_ns.to_be_bytes().to_vec()));
+                ops.push(put(tree_no::PENDING_HARNESSES, &by_harness, approval.expires_unix_ns.to_be_bytes().to_vec()));
             } else {
                 ops.push(remove(tree_no::PENDING, &key));
                 ops.push(remove(tree_no::PENDING_SESSIONS, &by_session));
+                ops.push(remove(tree_no::PENDING_HARNESSES, &by_harness));
             }
         }
         match &write.grant {

@@ -121,7 +121,7 @@ async fn load(endpoint: String, data: PathBuf, round: u64, seen: Arc<Mutex<Ackno
                 }
                 Err(_) => return,
             }
-            let Ok(pending) = approvals.list_pending(pb::ListPendingRequest {}).await else { return };
+            let Ok(pending) = approvals.list_pending(pb::ListPendingRequest::default()).await else { return };
             if let Some(approval) = pending.into_inner().approvals.into_iter().next() {
                 let approve = n % 2 == 0;
                 let request =

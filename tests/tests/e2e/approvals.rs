@@ -26,7 +26,7 @@ fn resolve(approval_id: &str, approve: bool, note: &str) -> pb::ResolveRequest {
 async fn first_pending(monitor: &TestMonitor) -> pb::Approval {
     let mut approvals = monitor.approvals(APPROVER).await;
     for _ in 0..200 {
-        let list = approvals.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner();
+        let list = approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner();
         if let Some(approval) = list.approvals.into_iter().next() {
             return approval;
         }
@@ -133,7 +133,7 @@ async fn silence_denies_at_the_deadline() {
     let status = approvals.resolve(resolve(&decision.approval_id, true, "")).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
     assert!(status.message().contains("expired at"), "{}", status.message());
-    assert!(approvals.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner().approvals.is_empty());
+    assert!(approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner().approvals.is_empty());
 }
 
 #[tokio::test]
@@ -147,7 +147,7 @@ async fn only_approvers_may_resolve_and_only_for_their_groups() {
         let mut approvals = monitor.approvals(token).await;
         let status = approvals.resolve(resolve(&pending.approval_id, true, "")).await.unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "{token}");
-        let status = approvals.list_pending(pb::ListPendingRequest {}).await.unwrap_err();
+        let status = approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied);
     }
     // An approver outside @approvers("release-managers").
@@ -202,7 +202,8 @@ async fn a_waiting_harness_gets_its_answer_across_a_monitor_restart() {
     monitor.restart().await;
 
     // Still pending after the restart, and the harness is still waiting.
-    let listed = monitor.approvals(APPROVER).await.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner();
+    let listed =
+        monitor.approvals(APPROVER).await.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner();
     assert_eq!(listed.approvals.len(), 1);
     assert_eq!(listed.approvals[0].approval_id, approval.approval_id);
     assert!(!waiting.is_finished());
@@ -281,7 +282,8 @@ async fn watchers_see_current_then_new_then_resolved() {
 
 #[tokio::test]
 async fn a_watcher_that_does_not_read_is_cut_off_with_a_clear_status() {
-    let monitor = TestMonitor::start().await;
+    // 1,600 approvals from one harness: past its default cap.
+    let monitor = TestMonitor::start_tuned(|c| c.max_pending_per_harness = 10_000).await;
     // A client with small HTTP/2 windows, so that what it does not read
     // backs up into the monitor rather than into the client's buffers.
     let channel = tonic::transport::Endpoint::from_shared(monitor.endpoint.clone())

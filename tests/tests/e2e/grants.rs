@@ -164,7 +164,7 @@ async fn lockdown_denies_at_once_and_cancels_pending_approvals() {
         )
     };
     let mut approvals = monitor.approvals(APPROVER).await;
-    while approvals.list_pending(pb::ListPendingRequest {}).await.unwrap().into_inner().approvals.is_empty() {
+    while approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner().approvals.is_empty() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut admin = monitor.admin().await;

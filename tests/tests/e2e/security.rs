@@ -163,3 +163,76 @@ async fn one_harness_cannot_spend_another_s_session_budget() {
     let decision = owner.authorize(&alice(), read()).await.unwrap();
     assert_eq!(decision.outcome, Outcome::Allow);
 }
+
+/// 51 waiting approvals with 60 KB argvs, over as many sessions, do not
+/// break `approvals list`: pages stay under gRPC's message limit and
+/// together list every one.
+#[tokio::test]
+async fn many_huge_pending_approvals_are_listed_in_pages() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let big = "x".repeat(60_000);
+    let mut ids = std::collections::BTreeSet::new();
+    for n in 0..51 {
+        let actor = Actor::new("alice", "claude-code", format!("flood-{n}"));
+        let push = ActionRequest::exec(["git", "push", "origin", "main", big.as_str()]);
+        let decision = harness.authorize(&actor, push).await.unwrap();
+        assert_eq!(decision.outcome, Outcome::Pending, "{decision:?}");
+        ids.insert(decision.approval_id);
+    }
+    let mut approvals = monitor.approvals(crate::support::APPROVER).await;
+    let mut listed = std::collections::BTreeSet::new();
+    let mut page_token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = approvals
+            .list_pending(pb::ListPendingRequest { page_size: 0, page_token: page_token.clone() })
+            .await
+            .expect("every page fits in a gRPC message")
+            .into_inner();
+        pages += 1;
+        listed.extend(page.approvals.into_iter().map(|a| a.approval_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(listed, ids);
+    assert!(pages > 1, "{pages}");
+    // One in full.
+    let first = ids.iter().next().unwrap().clone();
+    let full =
+        approvals.get_approval(pb::GetApprovalRequest { approval_id: first.clone() }).await.unwrap().into_inner();
+    assert!(full.resource.contains(&big));
+    // Bad paging is bad input.
+    for (page_size, page_token, field) in [(501, String::new(), "page_size"), (0, "nonsense".to_owned(), "page_token")]
+    {
+        let status = approvals.list_pending(pb::ListPendingRequest { page_size, page_token }).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().starts_with(field), "{status:?}");
+    }
+}
+
+/// One harness cannot keep more than its share of approvals waiting, however
+/// many sessions it spreads them over.
+#[tokio::test]
+async fn a_harness_has_a_cap_on_waiting_approvals_across_its_sessions() {
+    let monitor = TestMonitor::start_tuned(|c| c.max_pending_per_harness = 3).await;
+    let harness = monitor.harness().await;
+    for n in 0..3 {
+        let actor = Actor::new("alice", "claude-code", format!("spread-{n}"));
+        let decision = harness.authorize(&actor, ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
+        assert_eq!(decision.outcome, Outcome::Pending);
+    }
+    let actor = Actor::new("alice", "claude-code", "spread-3");
+    let decision = harness.authorize(&actor, ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Deny, "{decision:?}");
+    assert!(
+        decision.reasons.iter().any(|r| r.contains("credential `test-harness` already has 3 approvals waiting")),
+        "{decision:?}"
+    );
+    // Another harness is not held back by this one.
+    let other = monitor.sdk(crate::support::ALICE_ONLY).await;
+    let decision = other.authorize(&actor, ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Pending);
+}
