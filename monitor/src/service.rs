@@ -807,6 +807,21 @@ impl Monitor {
         // before this (and denies it) or after (and finds it resolved).
         let _admin = self.admin.lock().await;
         let (snapshot, facts) = self.facts(&approval.request.actor, &approval.harness)?;
+        // Who may approve is asked of the policies of this moment too: a
+        // forbid added since the request went PENDING names its own
+        // approvers.
+        if resolution.approve
+            && let Ok(now_in_the_way) = decide(&snapshot, &approval.request, &facts, now, &self.config.decision)
+            && let Some(terms) = now_in_the_way.approval
+            && !caller.may_resolve(&terms.approvers)
+        {
+            return Err(CallError::PermissionDenied(format!(
+                "approval `{}` now needs an approver of {} (the policies in the way have changed); credential `{}` is not one",
+                approval.approval_id,
+                terms.approvers.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(" and "),
+                caller.name
+            )));
+        }
         let window = match &window {
             Some(window) => Some(self.compile_grant(window, &caller.name, now, &snapshot)?),
             None => None,

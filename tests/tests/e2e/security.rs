@@ -236,3 +236,33 @@ async fn a_harness_has_a_cap_on_waiting_approvals_across_its_sessions() {
     let decision = other.authorize(&actor, ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
     assert_eq!(decision.outcome, Outcome::Pending);
 }
+
+/// Who may approve is asked of the policies at the moment of approval: a
+/// forbid added for release managers after the request went PENDING keeps
+/// an approver of no group from approving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_checks_the_approvers_of_the_policies_in_force() {
+    let dir = copy_bundled();
+    let monitor = TestMonitor::start_with(dir.path().to_owned()).await;
+    let harness = monitor.harness().await;
+    let log = || ActionRequest::exec(["git", "-c", "core.pager=cat", "log"]);
+    let pending = harness.authorize(&alice(), log()).await.unwrap();
+    assert_eq!(pending.policy_ids, ["commands.git-inline-config"]);
+    let policy = "@id(\"log-needs-release\")\n@reason(\"reading history needs a release manager\")\n@approvers(\"release-managers\")\nforbid (principal, action == Action::\"exec\", resource in Program::\"git\") when { resource.args.contains(\"log\") } unless { context.approved };\n";
+    std::fs::write(dir.path().join("log.cedar"), policy).unwrap();
+    // Wait until the new policy serves.
+    let probe = Actor::new("alice", "claude-code", "probe");
+    let mut waited = Duration::ZERO;
+    while !harness.authorize(&probe, log()).await.unwrap().policy_ids.contains(&"log-needs-release".to_owned()) {
+        assert!(waited < Duration::from_secs(10), "the new forbid never applied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    let resolve =
+        |approve| pb::ResolveRequest { approval_id: pending.approval_id.clone(), approve, ..Default::default() };
+    let status = monitor.approvals(PLAIN_APPROVER).await.resolve(resolve(true)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("release-managers"), "{status:?}");
+    let approved = monitor.approvals(crate::support::RELEASE_APPROVER).await.resolve(resolve(true)).await.unwrap();
+    assert_eq!(approved.into_inner().state, pb::ApprovalState::Approved as i32);
+}
