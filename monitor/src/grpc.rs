@@ -700,7 +700,8 @@ pub fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
     pb::Approval {
         approval_id: approval.approval_id,
         resource: approval.request.resource.display_uid(),
-        request: Some(input_to_proto(approval.input)),
+        // Approvers see the request without the credentials it carries.
+        request: Some(input_to_proto(approval.input.for_display())),
         reasons: approval.reasons,
         policy_ids: approval.policy_ids,
         state: state as i32,

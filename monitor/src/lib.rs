@@ -22,6 +22,7 @@ pub mod normalize;
 pub mod policy;
 pub mod policytest;
 pub mod ratelimit;
+pub mod redact;
 pub mod server;
 pub mod service;
 pub mod store;

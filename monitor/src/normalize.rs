@@ -201,7 +201,13 @@ impl Resource {
 
     /// `Type::"id"`, the way Cedar prints an entity uid (for logs and audit).
     pub fn display_uid(&self) -> String {
-        format!("{}::{:?}", self.entity_type(), self.entity_id())
+        let id = match self {
+            // What people read: without the credentials a command line or
+            // a URL may carry (`--token=…`, `?access_token=…`).
+            Resource::Command { .. } | Resource::Url { .. } => crate::redact::text(&self.entity_id()),
+            _ => self.entity_id(),
+        };
+        format!("{}::{:?}", self.entity_type(), id)
     }
 }
 
@@ -218,6 +224,44 @@ pub struct NormalizedRequest {
     pub justification: String,
     /// Extra context fields (a JSON object's members), empty when none.
     pub context: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RequestInput {
+    /// The request as sent, as approvers are shown it: each argv element,
+    /// the URL and the justification without credentials.
+    pub fn for_display(&self) -> RequestInput {
+        let mut shown = self.clone();
+        match &mut shown.resource {
+            ResourceInput::Command { argv, .. } => *argv = crate::redact::argv(argv),
+            ResourceInput::Http { url, .. } => *url = crate::redact::text(url),
+            _ => {}
+        }
+        shown.justification = crate::redact::text(&shown.justification);
+        shown
+    }
+}
+
+impl NormalizedRequest {
+    /// The request as people are shown it (the audit record's `request`,
+    /// approvers): the command line, the URL and the justification without
+    /// the credentials they carry. Policies see the request itself.
+    pub fn for_display(&self) -> NormalizedRequest {
+        let mut shown = self.clone();
+        match &mut shown.resource {
+            Resource::Command { argv, line, args, .. } => {
+                *argv = crate::redact::text(argv);
+                *line = crate::redact::text(line);
+                *args = args.iter().map(|arg| crate::redact::text(arg)).collect();
+            }
+            Resource::Url { url, path, .. } => {
+                *url = crate::redact::text(url);
+                *path = crate::redact::text(path);
+            }
+            _ => {}
+        }
+        shown.justification = crate::redact::text(&shown.justification);
+        shown
+    }
 }
 
 /// Checks an actor's ids (`actor.user`, `actor.agent`, `actor.session`).

@@ -266,3 +266,33 @@ async fn approving_checks_the_approvers_of_the_policies_in_force() {
     let approved = monitor.approvals(crate::support::RELEASE_APPROVER).await.resolve(resolve(true)).await.unwrap();
     assert_eq!(approved.into_inner().state, pb::ApprovalState::Approved as i32);
 }
+
+/// A credential in a command line or URL is not shown to approvers or kept
+/// in the audit record's display; the request hash is still over the real
+/// request, so the approval is bound to it.
+#[tokio::test]
+async fn credentials_in_requests_are_redacted_for_people() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let argv = ["git", "push", "https://alice:ghp_s3cr3t@github.com/org/repo.git", "main", "--token", "tok_abc"];
+    let request = ActionRequest::exec(argv).justification("push with password=hunter2");
+    let pending = harness.authorize(&alice(), request.clone()).await.unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending, "{pending:?}");
+
+    let mut approvals = monitor.approvals(crate::support::APPROVER).await;
+    let listed = approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner();
+    let shown = format!("{:?}", listed.approvals);
+    for secret in ["ghp_s3cr3t", "tok_abc", "hunter2"] {
+        assert!(!shown.contains(secret), "approvers see `{secret}`: {shown}");
+    }
+    assert!(shown.contains("REDACTED"), "{shown}");
+    let audit = format!("{:?}", monitor.audit().await);
+    for secret in ["ghp_s3cr3t", "tok_abc", "hunter2"] {
+        assert!(!audit.contains(secret), "the audit display keeps `{secret}`");
+    }
+    // The approval is bound to the real request.
+    let mut sent = request.into_proto_request();
+    sent.actor = Some(pb::Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() });
+    let input = warden_monitor::grpc::request_input(sent).unwrap();
+    assert_eq!(listed.approvals[0].request_hash, warden_monitor::service::request_hash(&input));
+}
