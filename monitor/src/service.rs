@@ -385,6 +385,36 @@ impl Monitor {
         Ok(())
     }
 
+    /// Records that an authenticated harness sent bad input (at most a
+    /// burst of ten, then one a second per harness: a harness cannot fill
+    /// the log this way), and returns the error for the caller. The record
+    /// holds the error, shortened and with control characters escaped: the
+    /// input itself is what was wrong with it.
+    async fn refuse_invalid(&self, caller: &Caller, invalid: InvalidInput) -> CallError {
+        const RECORDED: crate::ratelimit::Rate = crate::ratelimit::Rate { per_second: 1.0, burst: 10 };
+        let key = format!("invalid:{}", caller.name);
+        if self.limiter.take(&key, RECORDED, std::time::Instant::now()).is_ok() {
+            let mut message: String = invalid.to_string().escape_debug().collect();
+            if message.len() > 512 {
+                let cut = (0..=512).rev().find(|&i| message.is_char_boundary(i)).unwrap_or(0);
+                message.truncate(cut);
+                message.push('…');
+            }
+            let entry = AuditEntry {
+                time_unix_ns: unix_ns(self.now()),
+                kind: "invalid-request".into(),
+                caller: caller.name.clone(),
+                reasons: vec![message],
+                policy_version: self.snapshot().version.clone(),
+                ..AuditEntry::default()
+            };
+            if let Err(e) = self.store.commit(Commit::record(entry)).await {
+                return e.into();
+            }
+        }
+        invalid.into()
+    }
+
     /// Why a new approval may not wait, when the session or the harness
     /// already has as many waiting as it may (past their deadline, they no
     /// longer count).
@@ -462,7 +492,10 @@ impl Monitor {
             )));
         }
         // Bad input is refused before it costs anyone a token or a bucket.
-        let request = normalize(&input)?;
+        let request = match normalize(&input) {
+            Ok(request) => request,
+            Err(invalid) => return Err(self.refuse_invalid(caller, invalid).await),
+        };
         self.rate_limit(caller, &request.actor).await?;
         let request_hash = request_hash(&input);
         let now = self.now();
@@ -576,8 +609,11 @@ impl Monitor {
                     None => e,
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let actor = crate::normalize::normalize_actor(&input.actor)?;
+            .collect::<Result<Vec<_>, _>>();
+        let (requests, actor) = match requests.and_then(|r| Ok((r, crate::normalize::normalize_actor(&input.actor)?))) {
+            Ok(valid) => valid,
+            Err(invalid) => return Err(self.refuse_invalid(caller, invalid).await),
+        };
         self.rate_limit(caller, &actor).await?;
         let now = self.now();
         let (snapshot, facts) = self.facts(&input.actor, &caller.name)?;

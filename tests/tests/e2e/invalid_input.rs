@@ -87,5 +87,8 @@ async fn each_bad_input_names_its_field() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
-    assert!(monitor.audit().await.is_empty(), "bad input is not a decision");
+    // Bad input is not a decision: it is recorded as refused input only.
+    let records = monitor.audit().await;
+    assert!(!records.is_empty());
+    assert!(records.iter().all(|r| r.kind == "invalid-request"), "{records:?}");
 }

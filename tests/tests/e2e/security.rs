@@ -296,3 +296,26 @@ async fn credentials_in_requests_are_redacted_for_people() {
     let input = warden_monitor::grpc::request_input(sent).unwrap();
     assert_eq!(listed.approvals[0].request_hash, warden_monitor::service::request_hash(&input));
 }
+
+/// Bad input from an authenticated harness leaves a record (escaped,
+/// shortened), and a flood of it leaves only a few.
+#[tokio::test]
+async fn invalid_requests_are_audited_escaped_and_bounded() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let before = monitor.audit().await.len();
+    for n in 0..30 {
+        let actor = Actor::new("alice", "claude-code", format!("s\u{1b}[2J{n}"));
+        let error = harness.authorize(&actor, ActionRequest::read_file("/home/alice/project/a")).await.unwrap_err();
+        let warden_sdk::Error::Status(status) = error else { panic!("{error:?}") };
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+    let records: Vec<_> =
+        monitor.audit().await.into_iter().skip(before).filter(|r| r.kind == "invalid-request").collect();
+    assert!(!records.is_empty() && records.len() <= 12, "{}", records.len());
+    let first = &records[0];
+    assert_eq!(first.caller, "test-harness");
+    assert!(first.reasons[0].contains("actor.session"), "{:?}", first.reasons);
+    assert!(!first.reasons[0].contains('\u{1b}'), "{:?}", first.reasons);
+    assert!(monitor.verify().await.ok);
+}
