@@ -1375,6 +1375,31 @@ impl WriteLoop {
     }
 
     /// Decides what one commit does, advancing `head` when it appends.
+    /// Why the actor's session, user or agent kind is locked, as of the
+    /// batch being planned.
+    fn locked(&self, overlay: &Overlay, actor: &Actor) -> Result<Option<String>, StoreError> {
+        if overlay.locks.is_empty() && self.trees.locks.is_empty() {
+            return Ok(None);
+        }
+        for (kind, id) in [("session", &actor.session), ("user", &actor.user), ("agent", &actor.agent)] {
+            let target = format!("{kind}:{id}");
+            let lock = match overlay.locks.get(&target) {
+                Some(found) => found.clone(),
+                None => self
+                    .trees
+                    .locks
+                    .get(target.as_bytes())?
+                    .map(|v| decode::<Lock>(trees::LOCKS, target.as_bytes(), &v))
+                    .transpose()?,
+            };
+            if let Some(lock) = lock {
+                let why = if lock.reason.is_empty() { String::new() } else { format!(": {}", lock.reason) };
+                return Ok(Some(format!("{kind} `{id}` is locked by `{}`{why}", lock.locked_by)));
+            }
+        }
+        Ok(None)
+    }
+
     fn plan(&self, overlay: &Overlay, commit: Commit, head: &mut Head) -> Result<Planned, StoreError> {
         let request_key = match &commit.guard {
             Guard::None => None,
@@ -1437,6 +1462,34 @@ impl WriteLoop {
                 merge_session(current, change)
             }
         };
+        let mut commit = commit;
+        let mut session = session;
+        // A decision made before a lock but written after it is not an
+        // ALLOW: the writer, which writes locks too, has the last word.
+        if let Some(decision) = commit.decision.as_mut()
+            && decision.outcome == Outcome::Allow
+            && commit.entry.kind == "decision"
+            && let Some(actor) = &commit.entry.actor
+            && let Some(why) = self.locked(overlay, actor)?
+        {
+            decision.outcome = Outcome::Deny;
+            decision.reasons.push(why.clone());
+            commit.entry.outcome = Outcome::Deny.as_str().into();
+            commit.entry.reasons.push(why);
+            // A denied action gives the session no label.
+            if let (Some(current), Some(SessionChange::Touch { session: id, .. })) = (&mut session, &commit.session) {
+                let before = match overlay.sessions.get(id) {
+                    Some(found) => Some(found.clone()),
+                    None => self
+                        .trees
+                        .sessions
+                        .get(id.as_bytes())?
+                        .map(|v| read::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
+                        .transpose()?,
+                };
+                current.labels = before.map(|b| b.labels).unwrap_or_default();
+            }
+        }
         let Commit { entry, decision, approval, grant, lock, .. } = commit;
         let seq = head.seq + 1;
         let mut record = AuditRecord {
@@ -1611,10 +1664,21 @@ struct Overlay {
     requests: HashMap<Vec<u8>, Remembered>,
     approvals: HashMap<String, ApprovalRecord>,
     sessions: HashMap<String, SessionRecord>,
+    /// Locks put (`Some`) or removed (`None`) earlier in the batch.
+    locks: HashMap<String, Option<Lock>>,
 }
 
 impl Overlay {
     fn add(&mut self, write: &Write) {
+        match &write.lock {
+            Some(LockChange::Put(lock)) => {
+                self.locks.insert(lock.target.clone(), Some(lock.clone()));
+            }
+            Some(LockChange::Remove(target)) => {
+                self.locks.insert(target.clone(), None);
+            }
+            None => {}
+        }
         if let Some((key, remembered)) = &write.remembered {
             self.requests.insert(key.clone(), remembered.clone());
         }
@@ -2019,6 +2083,44 @@ mod tests {
         store.commit(commit_at(12)).await.unwrap();
         let found = store.remembered("h", "r3", at(14)).unwrap().unwrap();
         assert_eq!(found.decided_unix_ns, at(12));
+        drop(store);
+        closer.close().await.unwrap();
+    }
+
+    /// A decision made before a lock and written after it: the writer turns
+    /// the ALLOW into a DENY, in the record and in the answer.
+    #[tokio::test]
+    async fn an_allow_written_after_a_lock_of_its_session_is_a_deny() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, closer) = Store::open(dir.path()).unwrap();
+        let actor = Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() };
+        let lock = Lock {
+            target: "session:s1".into(),
+            reason: "injection suspected".into(),
+            locked_by: "security".into(),
+            locked_unix_ns: 0,
+        };
+        let locking = Commit {
+            lock: Some(LockChange::Put(lock)),
+            ..Commit::record(AuditEntry { kind: "lock".into(), ..AuditEntry::default() })
+        };
+        // The same batch and a later one.
+        let mut late = entry(1);
+        late.entry.actor = Some(actor.clone());
+        let (locked, written) = tokio::join!(store.commit(locking), store.commit(late));
+        locked.unwrap();
+        let mut later = entry(2);
+        later.entry.actor = Some(actor);
+        for written in [written.unwrap(), store.commit(later).await.unwrap()] {
+            let Committed::New { decision: Some(decision), seq, .. } = written else { panic!("{written:?}") };
+            assert_eq!(decision.outcome, Outcome::Deny);
+            assert!(
+                decision.reasons.iter().any(|r| r.contains("session `s1` is locked by `security`")),
+                "{decision:?}"
+            );
+            let record = store.audit_from(seq, 1).unwrap().into_iter().next().unwrap();
+            assert_eq!(record.outcome, "DENY");
+        }
         drop(store);
         closer.close().await.unwrap();
     }
