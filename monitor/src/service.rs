@@ -950,7 +950,7 @@ impl Monitor {
             approval_id: approval.approval_id.clone(),
         };
         let guard = Guard::StillPending { approval_id: approval.approval_id.clone() };
-        let change = grant.as_ref().map(|(grant, _)| GrantChange::Put(grant.clone()));
+        let change = grant.as_ref().map(|(grant, _)| GrantChange::Put(Box::new(grant.clone())));
         let commit = Commit { guard, approval: Some(approval), session, grant: change, ..Commit::record(entry) };
         match self.store.commit(commit).await? {
             Committed::New { approval: Some(approval), .. } => {
@@ -1086,7 +1086,9 @@ impl Monitor {
         let snapshot = self.snapshot();
         let (grant, policy) = self.compile_grant(&request, created_by, self.now(), &snapshot)?;
         let entry = grant_entry(&grant, "grant.created", created_by, vec![grant.reason.clone()], &snapshot);
-        self.store.commit(Commit { grant: Some(GrantChange::Put(grant.clone())), ..Commit::record(entry) }).await?;
+        self.store
+            .commit(Commit { grant: Some(GrantChange::Put(Box::new(grant.clone()))), ..Commit::record(entry) })
+            .await?;
         write(&self.grants).insert(grant.clone(), policy);
         tracing::info!(grant_id = %grant.grant_id, user = %grant.user, scope = %grant.resource_scope, "grant created");
         Ok(grant)

@@ -379,7 +379,7 @@ pub struct SessionRecord {
 #[derive(Debug, Clone)]
 pub enum GrantChange {
     /// Store (create).
-    Put(Grant),
+    Put(Box<Grant>),
     /// Forget (revoke, expire).
     Remove(String),
 }
@@ -1375,6 +1375,19 @@ impl WriteLoop {
     }
 
     /// Decides what one commit does, advancing `head` when it appends.
+    /// The session record as of the batch being planned.
+    fn stored_session(&self, overlay: &Overlay, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        match overlay.sessions.get(id) {
+            Some(found) => Ok(Some(found.clone())),
+            None => self
+                .trees
+                .sessions
+                .get(id.as_bytes())?
+                .map(|v| read::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
+                .transpose(),
+        }
+    }
+
     /// Why the actor's session, user or agent kind is locked, as of the
     /// batch being planned.
     fn locked(&self, overlay: &Overlay, actor: &Actor) -> Result<Option<String>, StoreError> {
@@ -1450,16 +1463,7 @@ impl WriteLoop {
                 let id = match change {
                     SessionChange::Touch { session, .. } | SessionChange::ClearLabels { session } => session,
                 };
-                let current = match overlay.sessions.get(id) {
-                    Some(found) => Some(found.clone()),
-                    None => self
-                        .trees
-                        .sessions
-                        .get(id.as_bytes())?
-                        .map(|v| read::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
-                        .transpose()?,
-                };
-                merge_session(current, change)
+                merge_session(self.stored_session(overlay, id)?, change)
             }
         };
         let mut commit = commit;
@@ -1478,16 +1482,7 @@ impl WriteLoop {
             commit.entry.reasons.push(why);
             // A denied action gives the session no label.
             if let (Some(current), Some(SessionChange::Touch { session: id, .. })) = (&mut session, &commit.session) {
-                let before = match overlay.sessions.get(id) {
-                    Some(found) => Some(found.clone()),
-                    None => self
-                        .trees
-                        .sessions
-                        .get(id.as_bytes())?
-                        .map(|v| read::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
-                        .transpose()?,
-                };
-                current.labels = before.map(|b| b.labels).unwrap_or_default();
+                current.labels = self.stored_session(overlay, id)?.map(|b| b.labels).unwrap_or_default();
             }
         }
         let Commit { entry, decision, approval, grant, lock, .. } = commit;
@@ -1642,7 +1637,9 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
             }
         }
         match &write.grant {
-            Some(GrantChange::Put(grant)) => ops.push(put(tree_no::GRANTS, grant.grant_id.as_bytes(), encode(grant)?)),
+            Some(GrantChange::Put(grant)) => {
+                ops.push(put(tree_no::GRANTS, grant.grant_id.as_bytes(), encode(grant.as_ref())?))
+            }
             Some(GrantChange::Remove(id)) => ops.push(remove(tree_no::GRANTS, id.as_bytes())),
             None => {}
         }

@@ -6,18 +6,7 @@ use std::time::{Duration, Instant};
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, Outcome};
 
-use crate::support::{TestMonitor, bundled_policies};
-
-fn copy_bundled() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(bundled_policies()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    dir
-}
+use crate::support::{TestMonitor, copy_bundled};
 
 const FREEZE: &str = "@id(\"freeze-reads\") @reason(\"reads are frozen\")\nforbid (principal, action == Action::\"fs.read\", resource in Dir::\"/home/alice/project/frozen\");\n";
 

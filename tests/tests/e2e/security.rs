@@ -6,21 +6,31 @@ use std::time::Duration;
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, Outcome};
 
-use crate::support::{PLAIN_APPROVER, TestMonitor, bundled_policies};
+use crate::support::{PLAIN_APPROVER, TestMonitor, copy_bundled};
 
 fn alice() -> Actor {
     Actor::new("alice", "claude-code", "s1")
 }
 
-fn copy_bundled() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(bundled_policies()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+/// A forbid, added during a test, that only release managers may lift.
+const LOG_NEEDS_RELEASE: &str = "@id(\"log-needs-release\")\n@reason(\"reading history needs a release manager\")\n@approvers(\"release-managers\")\nforbid (principal, action == Action::\"exec\", resource in Program::\"git\") when { resource.args.contains(\"log\") } unless { context.approved };\n";
+
+/// Asks until the policy `id` is among the deciding ones (a reload takes
+/// effect within a second), and returns that decision.
+async fn until_serving(
+    harness: &warden_sdk::Client,
+    actor: &Actor,
+    request: impl Fn() -> ActionRequest,
+    id: &str,
+) -> warden_sdk::Decision {
+    for _ in 0..100 {
+        let decision = harness.authorize(actor, request()).await.unwrap();
+        if decision.policy_ids.iter().any(|p| p == id) {
+            return decision;
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    dir
+    panic!("policy `{id}` never applied");
 }
 
 async fn approve_for_window(monitor: &TestMonitor, token: &str, approval_id: String) -> pb::Approval {
@@ -70,21 +80,11 @@ async fn a_window_lifts_only_forbids_of_the_approver_s_groups() {
     assert_eq!(harness.authorize(&alice(), log()).await.unwrap().outcome, Outcome::Allow);
 
     // The security team now wants release managers to look at history reads.
-    let policy = "@id(\"log-needs-release\")\n@reason(\"reading history needs a release manager\")\n@approvers(\"release-managers\")\nforbid (principal, action == Action::\"exec\", resource in Program::\"git\") when { resource.args.contains(\"log\") } unless { context.approved };\n";
-    std::fs::write(dir.path().join("log.cedar"), policy).unwrap();
-    let mut waited = Duration::ZERO;
-    loop {
-        let decision = harness.authorize(&alice(), log()).await.unwrap();
-        if decision.outcome == Outcome::Pending {
-            // The window no longer counts: every forbid in the way asks again.
-            assert!(decision.policy_ids.contains(&"log-needs-release".to_owned()), "{decision:?}");
-            assert!(decision.grant_ids.is_empty(), "{decision:?}");
-            break;
-        }
-        assert!(waited < Duration::from_secs(10), "the new forbid never applied: {decision:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += Duration::from_millis(100);
-    }
+    std::fs::write(dir.path().join("log.cedar"), LOG_NEEDS_RELEASE).unwrap();
+    let decision = until_serving(&harness, &alice(), log, "log-needs-release").await;
+    // The window no longer counts: every forbid in the way asks again.
+    assert_eq!(decision.outcome, Outcome::Pending, "{decision:?}");
+    assert!(decision.grant_ids.is_empty(), "{decision:?}");
     // An admin's grant is approval for every forbid a person may lift.
     let mut admin = monitor.admin().await;
     admin
@@ -248,16 +248,8 @@ async fn approving_checks_the_approvers_of_the_policies_in_force() {
     let log = || ActionRequest::exec(["git", "-c", "core.pager=cat", "log"]);
     let pending = harness.authorize(&alice(), log()).await.unwrap();
     assert_eq!(pending.policy_ids, ["commands.git-inline-config"]);
-    let policy = "@id(\"log-needs-release\")\n@reason(\"reading history needs a release manager\")\n@approvers(\"release-managers\")\nforbid (principal, action == Action::\"exec\", resource in Program::\"git\") when { resource.args.contains(\"log\") } unless { context.approved };\n";
-    std::fs::write(dir.path().join("log.cedar"), policy).unwrap();
-    // Wait until the new policy serves.
-    let probe = Actor::new("alice", "claude-code", "probe");
-    let mut waited = Duration::ZERO;
-    while !harness.authorize(&probe, log()).await.unwrap().policy_ids.contains(&"log-needs-release".to_owned()) {
-        assert!(waited < Duration::from_secs(10), "the new forbid never applied");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += Duration::from_millis(100);
-    }
+    std::fs::write(dir.path().join("log.cedar"), LOG_NEEDS_RELEASE).unwrap();
+    until_serving(&harness, &Actor::new("alice", "claude-code", "probe"), log, "log-needs-release").await;
     let resolve =
         |approve| pb::ResolveRequest { approval_id: pending.approval_id.clone(), approve, ..Default::default() };
     let status = monitor.approvals(PLAIN_APPROVER).await.resolve(resolve(true)).await.unwrap_err();

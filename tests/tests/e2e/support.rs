@@ -217,6 +217,18 @@ impl TestMonitor {
     }
 }
 
+/// A copy of the bundled policy folder, for a test that edits it.
+pub fn copy_bundled() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for entry in std::fs::read_dir(bundled_policies()).expect("bundled policies") {
+        let path = entry.expect("entry").path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
+        }
+    }
+    dir
+}
+
 /// A policy folder written for one test.
 pub struct PolicyDir {
     pub dir: tempfile::TempDir,
