@@ -76,11 +76,13 @@ async fn authorize_prints_the_decision_and_exits_by_outcome() {
     assert!(stderr.contains("InvalidArgument") && stderr.contains("resource.file.path"), "{stderr}");
 
     // The audit log with an admin token; a harness token is refused.
-    let tail = wardenctl(&endpoint, ADMIN, &["--json", "audit", "tail", "-n", "2"]).await;
+    let tail = wardenctl(&endpoint, ADMIN, &["--json", "audit", "tail", "-n", "3"]).await;
     assert!(tail.status.success());
     let lines: Vec<serde_json::Value> = stdout(&tail).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 3, 4]);
     assert_eq!(lines[0]["outcome"], "DENY");
+    // The refused input is on record too, as refused input.
+    assert_eq!(lines[2]["kind"], "invalid-request");
     let verify = wardenctl(&endpoint, ADMIN, &["audit", "verify"]).await;
     assert!(verify.status.success());
     assert!(stdout(&verify).starts_with("ok: 3 records"), "{}", stdout(&verify));
