@@ -85,7 +85,7 @@ async fn authorize_prints_the_decision_and_exits_by_outcome() {
     assert_eq!(lines[2]["kind"], "invalid-request");
     let verify = wardenctl(&endpoint, ADMIN, &["audit", "verify"]).await;
     assert!(verify.status.success());
-    assert!(stdout(&verify).starts_with("ok: 3 records"), "{}", stdout(&verify));
+    assert!(stdout(&verify).starts_with("ok: 4 records"), "{}", stdout(&verify));
     let refused = wardenctl(&endpoint, HARNESS, &["audit", "verify"]).await;
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("PermissionDenied"));
@@ -94,7 +94,7 @@ async fn authorize_prints_the_decision_and_exits_by_outcome() {
     // Offline, on the stopped monitor's store.
     let offline = wardenctl(&endpoint, ADMIN, &["audit", "verify", "--data", data.path().to_str().unwrap()]).await;
     assert!(offline.status.success(), "{}", String::from_utf8_lossy(&offline.stderr));
-    assert!(stdout(&offline).starts_with("ok: 3 records"));
+    assert!(stdout(&offline).starts_with("ok: 4 records"));
 }
 
 #[tokio::test]
