@@ -298,10 +298,17 @@ enum GrantsCommand {
 
 #[derive(Debug, Subcommand)]
 enum SessionsCommand {
-    /// A session's labels and lock.
+    /// A session's labels and lock. A session id names one session per
+    /// harness credential and user: --user and --harness pick one.
     Show {
         /// The session id
         id: String,
+        /// The session of this user
+        #[arg(long)]
+        user: Option<String>,
+        /// The session of this harness credential
+        #[arg(long)]
+        harness: Option<String>,
     },
     /// Lock a session (or with --user / --agent, every session of a user or agent kind):
     /// its requests and pending approvals are denied.
@@ -333,6 +340,12 @@ enum SessionsCommand {
     ClearLabels {
         /// The session id
         id: String,
+        /// The session of this user
+        #[arg(long)]
+        user: Option<String>,
+        /// The session of this harness credential
+        #[arg(long)]
+        harness: Option<String>,
         /// Why
         #[arg(long)]
         reason: Option<String>,
@@ -600,6 +613,7 @@ async fn grants(mut admin: Admin, command: GrantsCommand, json: bool) -> anyhow:
                     resource_scope: resource,
                     ttl_seconds: ttl.as_secs(),
                     reason,
+                    harness: String::new(),
                 })
                 .await?
                 .into_inner();
@@ -641,6 +655,7 @@ fn print_grants(grants: &[pb::Grant], json: bool) {
                     "grant_id": grant.grant_id, "user": grant.user, "session": grant.session, "agent": grant.agent,
                     "actions": grant.actions, "resource_scope": grant.resource_scope, "expires_at": expires,
                     "reason": grant.reason, "created_by": grant.created_by, "policy": grant.policy,
+                    "harness": grant.harness,
                 })
             );
         } else {
@@ -650,6 +665,9 @@ fn print_grants(grants: &[pb::Grant], json: bool) {
             }
             if !grant.agent.is_empty() {
                 who.push_str(&format!(" agent {}", grant.agent));
+            }
+            if !grant.harness.is_empty() {
+                who.push_str(&format!(" harness {}", grant.harness));
             }
             println!(
                 "{}  {who}  {} on {}  until {expires}  by {}: {}",
@@ -665,13 +683,23 @@ fn print_grants(grants: &[pb::Grant], json: bool) {
 
 async fn sessions(mut admin: Admin, command: SessionsCommand, json: bool) -> anyhow::Result<()> {
     match command {
-        SessionsCommand::Show { id } => {
-            let session = admin.get_session(pb::GetSessionRequest { session: id }).await?.into_inner();
+        SessionsCommand::Show { id, user, harness } => {
+            let request = pb::GetSessionRequest {
+                session: id,
+                user: user.unwrap_or_default(),
+                harness: harness.unwrap_or_default(),
+            };
+            let session = admin.get_session(request).await?.into_inner();
             print_session(&session, json);
         }
-        SessionsCommand::ClearLabels { id, reason } => {
+        SessionsCommand::ClearLabels { id, user, harness, reason } => {
             let session = admin
-                .clear_session_labels(pb::ClearSessionLabelsRequest { session: id, reason: reason.unwrap_or_default() })
+                .clear_session_labels(pb::ClearSessionLabelsRequest {
+                    session: id,
+                    reason: reason.unwrap_or_default(),
+                    user: user.unwrap_or_default(),
+                    harness: harness.unwrap_or_default(),
+                })
                 .await?
                 .into_inner();
             print_session(&session, json);
@@ -709,12 +737,18 @@ fn print_session(session: &pb::Session, json: bool) {
             "{}",
             serde_json::json!({
                 "session": session.session, "user": session.user, "agent": session.agent,
-                "labels": session.labels, "locked": session.locked, "locked_reason": session.locked_reason,
+                "harness": session.harness, "labels": session.labels, "locked": session.locked, "locked_reason": session.locked_reason,
             })
         );
         return;
     }
-    println!("session {}  user {}  agent {}", session.session, session.user, session.agent);
+    println!(
+        "session {}  user {}  agent {}  harness {}",
+        approvals::safe(&session.session),
+        approvals::safe(&session.user),
+        approvals::safe(&session.agent),
+        approvals::safe(&session.harness)
+    );
     let labels = if session.labels.is_empty() { "(none)".to_owned() } else { session.labels.join(", ") };
     println!("  labels: {labels}");
     if session.locked {

@@ -64,6 +64,7 @@ fn main() {
                 created_by: "bench".into(),
                 created_unix_ns: 0,
                 approver_groups: None,
+                harness: String::new(),
             })
             .collect();
         let built = Instant::now();

@@ -114,6 +114,12 @@ impl Encoder {
 pub struct Decoder<'a>(&'a [u8]);
 
 impl Decoder<'_> {
+    /// Whether every byte has been read (a record may end before fields
+    /// that later versions added).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     fn take(&mut self, n: usize, what: &str) -> Result<&[u8], CodecError> {
         if self.0.len() < n {
             return Err(CodecError(format!("truncated in {what}")));

@@ -431,9 +431,9 @@ impl<'a> Evaluator<'a> {
         // Only the grants whose session and scope can match (the rest are
         // never satisfied): usually none, and then Cedar does not run.
         let candidates = if self.use_index {
-            grants.candidates(&self.request.actor.session, &self.resource, &self.ancestors.resource)
+            grants.candidates(&self.request.actor.session, &facts.harness, &self.resource, &self.ancestors.resource)
         } else {
-            grants.all()
+            grants.all(&facts.harness)
         };
         if candidates.is_empty() {
             return Ok(Ok(vec![]));

@@ -41,6 +41,11 @@ pub struct Grant {
     /// admin's grant, approval for every forbid that a person may lift.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approver_groups: Option<Vec<String>>,
+    /// Only the sessions of this harness credential, when set: a window an
+    /// approver grants is for the session that asked, and a session id is
+    /// scoped to its harness and user.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub harness: String,
 }
 
 /// What a grant covers on the resource side.
@@ -218,6 +223,7 @@ pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<CompiledGrant
         scope: EntityUid::from_type_name_and_id(entity_type, EntityId::new(&scope.id)),
         within: scope.within,
         session: grant.session.clone(),
+        harness: grant.harness.clone(),
         approver_groups: grant.approver_groups.clone(),
     })
 }
@@ -234,6 +240,8 @@ pub struct CompiledGrant {
     within: bool,
     /// Only this session, when set.
     session: String,
+    /// Only the sessions of this harness, when set.
+    harness: String,
     /// See [`Grant::approver_groups`].
     approver_groups: Option<Vec<String>>,
 }
@@ -252,6 +260,14 @@ impl CompiledGrant {
             (None, _) | (Some(_), None) => true,
             (Some(groups), Some(group)) => groups.iter().any(|g| g == "*" || g == group),
         }
+    }
+
+    /// Whether the harness credential `harness` may use this grant: a
+    /// grant bound to a harness (a window approved for its session) is
+    /// never evaluated for another, whatever the session id. This is
+    /// outside Cedar because the schema need not declare `Session.harness`.
+    fn for_harness(&self, harness: &str) -> bool {
+        self.harness.is_empty() || self.harness == harness
     }
 
     /// Whether the grant's session and resource scope let it match a
@@ -291,10 +307,11 @@ impl UserGrants {
         self.grants.iter().map(|g| &g.policy)
     }
 
-    /// Every grant's policy, as a set.
-    pub(crate) fn all(&self) -> PolicySet {
+    /// Every grant's policy that the harness credential `harness` may use,
+    /// as a set.
+    pub(crate) fn all(&self, harness: &str) -> PolicySet {
         let mut set = PolicySet::new();
-        for grant in &self.grants {
+        for grant in self.grants.iter().filter(|g| g.for_harness(harness)) {
             let _ = set.add(grant.policy.clone());
         }
         set
@@ -307,13 +324,14 @@ impl UserGrants {
     pub(crate) fn candidates(
         &self,
         session: &str,
+        harness: &str,
         resource: &EntityUid,
         resource_ancestors: &HashSet<EntityUid>,
     ) -> PolicySet {
         let mut set = PolicySet::new();
         for uid in std::iter::once(resource).chain(resource_ancestors) {
             for grant in self.by_scope.get(uid).into_iter().flatten() {
-                if grant.may_match(session, resource, resource_ancestors) {
+                if grant.for_harness(harness) && grant.may_match(session, resource, resource_ancestors) {
                     // Grant ids are unique, so adding cannot clash.
                     let _ = set.add(grant.policy.clone());
                 }
@@ -446,6 +464,7 @@ mod tests {
             created_by: String::new(),
             created_unix_ns: 0,
             approver_groups: None,
+            harness: String::new(),
         };
         let text = grant_policy(&grant, &parse_scope("dir:/tmp").unwrap());
         assert!(text.contains(r#"principal in User::"al\"ice""#), "{text}");

@@ -16,7 +16,8 @@ use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
 use crate::service::{
-    CallError, GrantRequest, LockOutcome, LockTarget, Monitor, PolicyStatusView, PreviewInput, Resolution, SessionView,
+    CallError, GrantRequest, LockOutcome, LockTarget, Monitor, PolicyStatusView, PreviewInput, Resolution,
+    SessionQuery, SessionView,
 };
 use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
 
@@ -333,6 +334,7 @@ impl pb::admin_server::Admin for AdminService {
                     ttl_seconds: m.ttl_seconds,
                     reason: m.reason,
                     approver_groups: None,
+                    harness: m.harness,
                 },
             )
             .await?;
@@ -387,7 +389,8 @@ impl pb::admin_server::Admin for AdminService {
     }
 
     async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {
-        let view = self.monitor.session(&request.into_inner().session)?;
+        let m = request.into_inner();
+        let view = self.monitor.session(&SessionQuery { session: m.session, user: m.user, harness: m.harness })?;
         Ok(Response::new(session_to_proto(view)))
     }
 
@@ -397,7 +400,8 @@ impl pb::admin_server::Admin for AdminService {
     ) -> Result<Response<pb::Session>, Status> {
         let caller = caller(&request)?;
         let m = request.into_inner();
-        let view = self.monitor.clear_labels(&caller, &m.session, &m.reason).await?;
+        let query = SessionQuery { session: m.session, user: m.user, harness: m.harness };
+        let view = self.monitor.clear_labels(&caller, &query, &m.reason).await?;
         Ok(Response::new(session_to_proto(view)))
     }
 
@@ -622,6 +626,7 @@ fn grant_to_proto(grant: Grant) -> pb::Grant {
         created_by: grant.created_by,
         created_at: Some(timestamp(grant.created_unix_ns)),
         policy: String::new(),
+        harness: grant.harness,
     }
 }
 
@@ -677,6 +682,7 @@ fn session_to_proto(view: SessionView) -> pb::Session {
         labels: view.record.labels.into_iter().collect(),
         locked: view.lock.is_some(),
         locked_reason: view.lock.unwrap_or_default(),
+        harness: view.record.harness,
     }
 }
 

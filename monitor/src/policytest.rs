@@ -272,6 +272,7 @@ pub fn check_case(
             created_by: "policy-test".into(),
             created_unix_ns: 0,
             approver_groups: None,
+            harness: String::new(),
         })
         .collect();
     let (book, problems) = GrantBook::load(grants, snapshot);

@@ -18,7 +18,7 @@ use crate::normalize::{Actor, InvalidInput, NormalizedRequest, RequestInput, Res
 use crate::policy::PolicySnapshot;
 use crate::store::{
     ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, Commit, Committed, DecisionRecord, GrantChange, Guard,
-    Lock, LockChange, SessionChange, SessionRecord, Store, StoreError, VerifyReport,
+    Lock, LockChange, SessionChange, SessionKey, SessionRecord, Store, StoreError, VerifyReport,
 };
 
 /// The longest an `AwaitDecision` call blocks.
@@ -176,6 +176,9 @@ pub struct GrantRequest {
     /// For a window an approver grants, the approver's groups (see
     /// [`Grant::approver_groups`]); `None` for an admin's grant.
     pub approver_groups: Option<Vec<String>>,
+    /// Only the sessions of this harness credential (see [`Grant::harness`]);
+    /// empty for an admin's grant.
+    pub harness: String,
 }
 
 /// What a lock targets: exactly one of session, user, agent.
@@ -206,6 +209,18 @@ impl LockTarget {
             _ => Err(InvalidInput::new("session", "give only one of session, user or agent")),
         }
     }
+}
+
+/// Which session an admin means: a session id, and, where several harnesses
+/// or users use that id, whose.
+#[derive(Debug, Clone, Default)]
+pub struct SessionQuery {
+    /// The session id.
+    pub session: String,
+    /// Its user (empty: any).
+    pub user: String,
+    /// Its harness credential (empty: any).
+    pub harness: String,
 }
 
 /// A session as an admin sees it.
@@ -319,14 +334,12 @@ impl Monitor {
     /// session beyond the request. The policies and the grants compiled
     /// against them are read together, so a request never sees half a reload.
     fn facts(&self, actor: &Actor, harness: &str) -> Result<(Arc<PolicySnapshot>, SessionFacts), StoreError> {
-        let record = self.store.session(&actor.session)?;
-        // A session id belongs to the user and agent that first used it: no
-        // one else inherits (or sheds) its labels, grants or locks.
-        let claimed = record.as_ref().filter(|r| r.user != actor.user || r.agent != actor.agent).map(|r| {
-            format!(
-                "session `{}` belongs to user `{}` and agent `{}`, not to user `{}` and agent `{}`",
-                actor.session, r.user, r.agent, actor.user, actor.agent
-            )
+        // A session is its harness's and user's (the key), so no other
+        // harness or user can reach its labels by naming its id; within it,
+        // it belongs to the agent that first used it.
+        let record = self.store.session(&SessionKey::of(actor, harness))?;
+        let claimed = record.as_ref().filter(|r| r.agent != actor.agent).map(|r| {
+            format!("session `{}` belongs to agent `{}`, not to agent `{}`", actor.session, r.agent, actor.agent)
         });
         let (snapshot, grants) = {
             let snapshot = read(&self.snapshot);
@@ -418,12 +431,12 @@ impl Monitor {
     /// Why a new approval may not wait, when the session or the harness
     /// already has as many waiting as it may (past their deadline, they no
     /// longer count).
-    fn approvals_full(&self, caller: &Caller, session: &str, now_ns: i64) -> Result<Option<String>, StoreError> {
-        let waiting = self.store.pending_count(session, now_ns)?;
+    fn approvals_full(&self, caller: &Caller, actor: &Actor, now_ns: i64) -> Result<Option<String>, StoreError> {
+        let waiting = self.store.pending_count(&SessionKey::of(actor, &caller.name), now_ns)?;
         if waiting >= self.config.max_pending_per_session {
             return Ok(Some(format!(
-                "session `{session}` already has {waiting} approvals waiting (at most {}): denied without asking",
-                self.config.max_pending_per_session
+                "session `{}` already has {waiting} approvals waiting (at most {}): denied without asking",
+                actor.session, self.config.max_pending_per_session
             )));
         }
         let of_harness = self.store.pending_count_of_harness(&caller.name, now_ns)?;
@@ -505,7 +518,7 @@ impl Monitor {
         // (which a replay of a waiting request would itself count towards).
         let fresh = evaluation.outcome;
         if evaluation.outcome == Outcome::Pending
-            && let Some(full) = self.approvals_full(caller, &request.actor.session, unix_ns(now))?
+            && let Some(full) = self.approvals_full(caller, &request.actor, unix_ns(now))?
         {
             evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
         }
@@ -624,7 +637,7 @@ impl Monitor {
             if evaluation.outcome == Outcome::Pending {
                 let full = match &waiting {
                     Some(full) => full.clone(),
-                    None => waiting.insert(self.approvals_full(caller, &input.actor.session, unix_ns(now))?).clone(),
+                    None => waiting.insert(self.approvals_full(caller, &input.actor, unix_ns(now))?).clone(),
                 };
                 if let Some(full) = full {
                     evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
@@ -813,6 +826,7 @@ impl Monitor {
                         groups
                     }
                 }),
+                harness: approval.harness.clone(),
             })
         } else {
             None
@@ -891,6 +905,7 @@ impl Monitor {
             (ApprovalState::Denied, Outcome::Deny, approval.policy_ids.clone(), reasons, "approval.denied")
         };
         let actor = approval.request.actor.clone();
+        let harness = approval.harness.clone();
         let window = window.filter(|_| state == ApprovalState::Approved);
         let mut reasons = reasons;
         if let Some((grant, _)) = &window {
@@ -903,8 +918,7 @@ impl Monitor {
         }
         let resolved =
             finish(approval, state, outcome, policy_ids, reasons, &caller.name, &resolution.note, now, &snapshot);
-        let session =
-            SessionChange::Touch { session: actor.session, user: actor.user, agent: actor.agent, add: labels };
+        let session = SessionChange::Touch { key: SessionKey::of(&actor, &harness), agent: actor.agent, add: labels };
         let committed = self.commit_resolution(resolved, kind, &caller.name, Some(session), window).await?;
         tracing::info!(approval_id = %committed.approval_id, state = committed.state.as_str(), by = %caller.name, "resolved");
         Ok(committed)
@@ -1036,7 +1050,12 @@ impl Monitor {
         if request.user.trim().is_empty() {
             return Err(InvalidInput::new("user", "is required").into());
         }
-        for (field, value) in [("user", &request.user), ("session", &request.session), ("agent", &request.agent)] {
+        for (field, value) in [
+            ("user", &request.user),
+            ("session", &request.session),
+            ("agent", &request.agent),
+            ("harness", &request.harness),
+        ] {
             if value.len() > limits::ID_BYTES || value.chars().any(char::is_control) {
                 return Err(InvalidInput::new(field, "is not a valid id").into());
             }
@@ -1075,6 +1094,7 @@ impl Monitor {
             created_by: created_by.to_owned(),
             created_unix_ns: now_ns,
             approver_groups: request.approver_groups.clone(),
+            harness: request.harness.clone(),
         };
         let policy = compile(&grant, snapshot)?;
         Ok((grant, policy))
@@ -1223,28 +1243,63 @@ impl Monitor {
     }
 
     /// What is known of a session: its labels and whether it is locked.
-    pub fn session(&self, session: &str) -> Result<SessionView, CallError> {
+    /// A session id names one session per harness and user; `user` and
+    /// `harness` (either may be empty) pick among them, and a choice that
+    /// leaves more than one is refused, naming what to add.
+    pub fn session(&self, query: &SessionQuery) -> Result<SessionView, CallError> {
+        let session = &query.session;
         if session.trim().is_empty() {
             return Err(InvalidInput::new("session", "must not be empty").into());
         }
-        let record = self.store.session(session)?;
-        let lock = match &record {
-            Some(r) => self.lock_of(session, &r.user, &r.agent),
-            None => self.lock_of(session, "", ""),
-        };
-        match record {
-            Some(record) => Ok(SessionView { record, lock }),
-            None if lock.is_some() => Ok(SessionView {
-                record: SessionRecord { session: session.to_owned(), ..SessionRecord::default() },
-                lock,
-            }),
-            None => Err(CallError::NotFound(format!("session `{session}` has never asked"))),
+        let mut found: Vec<SessionRecord> = self
+            .store
+            .sessions_named(session)?
+            .into_iter()
+            .filter(|r| query.user.is_empty() || r.user == query.user)
+            .filter(|r| query.harness.is_empty() || r.harness == query.harness)
+            .collect();
+        if found.len() > 1 {
+            let owners: Vec<String> =
+                found.iter().map(|r| format!("harness `{}` and user `{}`", r.harness, r.user)).collect();
+            let field = if query.user.is_empty() { "user" } else { "harness" };
+            return Err(InvalidInput::new(
+                field,
+                format!(
+                    "session id `{session}` names {} sessions ({}): name the `user` and `harness`",
+                    found.len(),
+                    owners.join("; ")
+                ),
+            )
+            .into());
+        }
+        match found.pop() {
+            Some(record) => {
+                let lock = self.lock_of(session, &record.user, &record.agent);
+                Ok(SessionView { record, lock })
+            }
+            None => match self.lock_of(session, &query.user, "") {
+                Some(lock) => Ok(SessionView {
+                    record: SessionRecord {
+                        session: session.clone(),
+                        user: query.user.clone(),
+                        harness: query.harness.clone(),
+                        ..SessionRecord::default()
+                    },
+                    lock: Some(lock),
+                }),
+                None => Err(CallError::NotFound(format!("session `{session}` has never asked"))),
+            },
         }
     }
 
     /// Drops a session's labels (audited).
-    pub async fn clear_labels(&self, caller: &Caller, session: &str, reason: &str) -> Result<SessionView, CallError> {
-        let before = self.session(session)?;
+    pub async fn clear_labels(
+        &self,
+        caller: &Caller,
+        query: &SessionQuery,
+        reason: &str,
+    ) -> Result<SessionView, CallError> {
+        let before = self.session(query)?;
         let entry = AuditEntry {
             time_unix_ns: unix_ns(self.now()),
             kind: "session.labels-cleared".into(),
@@ -1252,22 +1307,21 @@ impl Monitor {
             actor: Some(Actor {
                 user: before.record.user.clone(),
                 agent: before.record.agent.clone(),
-                session: session.to_owned(),
+                session: before.record.session.clone(),
             }),
             reasons: vec![
                 format!("labels were: {}", before.record.labels.iter().cloned().collect::<Vec<_>>().join(", ")),
+                format!("of the session of harness `{}`", before.record.harness),
                 reason.to_owned(),
             ],
             policy_version: self.snapshot().version.clone(),
             ..AuditEntry::default()
         };
+        let key = before.record.key();
         self.store
-            .commit(Commit {
-                session: Some(SessionChange::ClearLabels { session: session.to_owned() }),
-                ..Commit::record(entry)
-            })
+            .commit(Commit { session: Some(SessionChange::ClearLabels { key: key.clone() }), ..Commit::record(entry) })
             .await?;
-        self.session(session)
+        self.session(&SessionQuery { session: key.session, user: key.user, harness: key.harness })
     }
 
     /// What-if: the decision and every policy's part in it, for the
@@ -1551,8 +1605,7 @@ impl Decided<'_> {
         };
         let labels = if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] };
         let session = SessionChange::Touch {
-            session: request.actor.session.clone(),
-            user: request.actor.user.clone(),
+            key: SessionKey::of(&request.actor, &self.caller.name),
             agent: request.actor.agent.clone(),
             add: labels,
         };

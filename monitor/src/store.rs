@@ -362,6 +362,44 @@ pub struct Lock {
     pub locked_unix_ns: i64,
 }
 
+/// Which session: a session id is scoped to the harness credential and the
+/// user that use it, so two users (or two harnesses) naming the same id have
+/// two sessions and no one can squat on or share another's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct SessionKey {
+    /// The session id the harness sent.
+    pub session: String,
+    /// The harness credential's name.
+    pub harness: String,
+    /// The user.
+    pub user: String,
+}
+
+impl SessionKey {
+    /// The session of `actor` as asked by the harness credential `harness`.
+    pub fn of(actor: &Actor, harness: &str) -> Self {
+        Self { session: actor.session.clone(), harness: harness.to_owned(), user: actor.user.clone() }
+    }
+
+    /// The key in the `sessions` tree: `session NUL harness NUL user`. Ids
+    /// hold no control characters (normalize refuses them), so the
+    /// separators are unambiguous, and every session of one id shares the
+    /// prefix `session NUL`. Credential names are never empty, so an empty
+    /// harness is a record an older version kept under the bare id.
+    fn bytes(&self) -> Vec<u8> {
+        if self.harness.is_empty() {
+            return self.session.as_bytes().to_vec();
+        }
+        let mut key = Vec::with_capacity(self.session.len() + self.harness.len() + self.user.len() + 2);
+        key.extend_from_slice(self.session.as_bytes());
+        key.push(0);
+        key.extend_from_slice(self.harness.as_bytes());
+        key.push(0);
+        key.extend_from_slice(self.user.as_bytes());
+        key
+    }
+}
+
 /// What the monitor remembers of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SessionRecord {
@@ -373,6 +411,18 @@ pub struct SessionRecord {
     pub agent: String,
     /// Labels it gained, for good (until an admin clears them).
     pub labels: std::collections::BTreeSet<String>,
+    /// The harness credential whose session it is; empty in a record
+    /// written before sessions were scoped by harness and user (kept under
+    /// the bare session id, see [`Store::session`]).
+    #[serde(default)]
+    pub harness: String,
+}
+
+impl SessionRecord {
+    /// Which session this record is of.
+    pub fn key(&self) -> SessionKey {
+        SessionKey { session: self.session.clone(), harness: self.harness.clone(), user: self.user.clone() }
+    }
 }
 
 /// A grant to store or forget.
@@ -399,6 +449,7 @@ impl Record for SessionRecord {
         out.str(&self.user);
         out.str(&self.agent);
         out.strs(self.labels.iter());
+        out.str(&self.harness);
     }
 
     fn read(input: &mut Decoder<'_>) -> Result<Self, CodecError> {
@@ -407,6 +458,8 @@ impl Record for SessionRecord {
             user: input.str("user")?,
             agent: input.str("agent")?,
             labels: input.str_set("labels")?,
+            // Records written before sessions were scoped end here.
+            harness: if input.is_empty() { String::new() } else { input.str("harness")? },
         })
     }
 }
@@ -417,10 +470,8 @@ impl Record for SessionRecord {
 pub enum SessionChange {
     /// Remember the session (first sight) and add labels.
     Touch {
-        /// The session id.
-        session: String,
-        /// Its user.
-        user: String,
+        /// Which session (its user is the key's).
+        key: SessionKey,
         /// Its agent kind.
         agent: String,
         /// Labels gained.
@@ -428,9 +479,18 @@ pub enum SessionChange {
     },
     /// Drop every label.
     ClearLabels {
-        /// The session id.
-        session: String,
+        /// Which session.
+        key: SessionKey,
     },
+}
+
+impl SessionChange {
+    /// The session it changes.
+    fn key(&self) -> &SessionKey {
+        match self {
+            Self::Touch { key, .. } | Self::ClearLabels { key } => key,
+        }
+    }
 }
 
 /// A change to an approval, published after it is flushed.
@@ -674,6 +734,26 @@ impl Trees {
             locks: db.open_tree(trees::LOCKS)?,
             sessions: db.open_tree(trees::SESSIONS)?,
         })
+    }
+
+    /// What is known of a session. A store written before sessions were
+    /// scoped keeps a record under the bare session id; it is this
+    /// session's when its user is this key's (its harness was not kept), so
+    /// labels gained before an upgrade still count after it.
+    fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        let bytes = key.bytes();
+        if let Some(value) = self.sessions.get(&bytes)? {
+            return read(trees::SESSIONS, &bytes, &value).map(Some);
+        }
+        self.legacy_session(key)
+    }
+
+    /// The record an older version kept under the bare session id, when it
+    /// is of this key's user.
+    fn legacy_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        let Some(value) = self.sessions.get(key.session.as_bytes())? else { return Ok(None) };
+        let record: SessionRecord = read(trees::SESSIONS, key.session.as_bytes(), &value)?;
+        Ok((record.user == key.user).then(|| SessionRecord { harness: key.harness.clone(), ..record }))
     }
 
     /// The newest idempotency record of `key` that can still be replayable
@@ -963,9 +1043,26 @@ impl Store {
             .collect()
     }
 
-    /// What is known of a session.
-    pub fn session(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.trees.sessions.get(session.as_bytes())?.map(|v| read(trees::SESSIONS, session.as_bytes(), &v)).transpose()
+    /// What is known of a session (see `Trees::session`).
+    pub fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.trees.session(key)
+    }
+
+    /// Every session with the id `session`, of any harness and user (a
+    /// record an older version kept under the bare id included, with an
+    /// empty harness).
+    pub fn sessions_named(&self, session: &str) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut out = Vec::new();
+        if let Some(value) = self.trees.sessions.get(session.as_bytes())? {
+            out.push(read::<SessionRecord>(trees::SESSIONS, session.as_bytes(), &value)?);
+        }
+        let mut prefix = session.as_bytes().to_vec();
+        prefix.push(0);
+        for item in self.trees.sessions.scan_prefix(&prefix) {
+            let (key, value) = item?;
+            out.push(read(trees::SESSIONS, &key, &value)?);
+        }
+        Ok(out)
     }
 
     /// Pending approvals, earliest deadline first.
@@ -973,22 +1070,23 @@ impl Store {
         self.pending_until(i64::MAX)
     }
 
-    /// How many approvals of `session` are still waiting at `now_unix_ns`:
-    /// one past its deadline no longer counts, whether or not the sweeper
-    /// has expired it yet (so the answer does not depend on the sweeper's
-    /// timing). Entries written before deadlines were kept here count.
-    pub fn pending_count(&self, session: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
-        Self::count_waiting(&self.trees.pending_sessions, session, now_unix_ns)
+    /// How many approvals of the session `key` are still waiting at
+    /// `now_unix_ns`: one past its deadline no longer counts, whether or not
+    /// the sweeper has expired it yet (so the answer does not depend on the
+    /// sweeper's timing). Entries written before deadlines were kept here
+    /// count.
+    pub fn pending_count(&self, key: &SessionKey, now_unix_ns: i64) -> Result<usize, StoreError> {
+        Self::count_waiting(&self.trees.pending_sessions, &key.bytes(), now_unix_ns)
     }
 
     /// How many approvals the harness credential `harness` has waiting at
     /// `now_unix_ns`, like [`Store::pending_count`].
     pub fn pending_count_of_harness(&self, harness: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
-        Self::count_waiting(&self.trees.pending_harnesses, harness, now_unix_ns)
+        Self::count_waiting(&self.trees.pending_harnesses, harness.as_bytes(), now_unix_ns)
     }
 
-    fn count_waiting(tree: &sled::Tree, owner: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
-        let mut prefix = owner.as_bytes().to_vec();
+    fn count_waiting(tree: &sled::Tree, owner: &[u8], now_unix_ns: i64) -> Result<usize, StoreError> {
+        let mut prefix = owner.to_vec();
         prefix.push(0);
         let mut count = 0;
         for item in tree.scan_prefix(prefix) {
@@ -1376,15 +1474,10 @@ impl WriteLoop {
 
     /// Decides what one commit does, advancing `head` when it appends.
     /// The session record as of the batch being planned.
-    fn stored_session(&self, overlay: &Overlay, id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        match overlay.sessions.get(id) {
+    fn stored_session(&self, overlay: &Overlay, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        match overlay.sessions.get(key) {
             Some(found) => Ok(Some(found.clone())),
-            None => self
-                .trees
-                .sessions
-                .get(id.as_bytes())?
-                .map(|v| read::<SessionRecord>(trees::SESSIONS, id.as_bytes(), &v))
-                .transpose(),
+            None => self.trees.session(key),
         }
     }
 
@@ -1459,12 +1552,7 @@ impl WriteLoop {
         };
         let session = match &commit.session {
             None => None,
-            Some(change) => {
-                let id = match change {
-                    SessionChange::Touch { session, .. } | SessionChange::ClearLabels { session } => session,
-                };
-                merge_session(self.stored_session(overlay, id)?, change)
-            }
+            Some(change) => merge_session(self.stored_session(overlay, change.key())?, change),
         };
         let mut commit = commit;
         let mut session = session;
@@ -1481,8 +1569,8 @@ impl WriteLoop {
             commit.entry.outcome = Outcome::Deny.as_str().into();
             commit.entry.reasons.push(why);
             // A denied action gives the session no label.
-            if let (Some(current), Some(SessionChange::Touch { session: id, .. })) = (&mut session, &commit.session) {
-                current.labels = self.stored_session(overlay, id)?.map(|b| b.labels).unwrap_or_default();
+            if let (Some(current), Some(change @ SessionChange::Touch { .. })) = (&mut session, &commit.session) {
+                current.labels = self.stored_session(overlay, change.key())?.map(|b| b.labels).unwrap_or_default();
             }
         }
         let Commit { entry, decision, approval, grant, lock, .. } = commit;
@@ -1620,9 +1708,13 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
         if let Some(approval) = &write.approval {
             ops.push(put(tree_no::APPROVALS, approval.approval_id.as_bytes(), encode(approval)?));
             let key = pending_key(approval.expires_unix_ns, &approval.approval_id);
-            let mut by_session = approval.request.actor.session.as_bytes().to_vec();
+            let mut by_session = SessionKey::of(&approval.request.actor, &approval.harness).bytes();
             by_session.push(0);
             by_session.extend_from_slice(approval.approval_id.as_bytes());
+            // What an older version indexed under the bare session id.
+            let mut legacy_by_session = approval.request.actor.session.as_bytes().to_vec();
+            legacy_by_session.push(0);
+            legacy_by_session.extend_from_slice(approval.approval_id.as_bytes());
             let mut by_harness = approval.harness.as_bytes().to_vec();
             by_harness.push(0);
             by_harness.extend_from_slice(approval.approval_id.as_bytes());
@@ -1633,6 +1725,7 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
             } else {
                 ops.push(remove(tree_no::PENDING, &key));
                 ops.push(remove(tree_no::PENDING_SESSIONS, &by_session));
+                ops.push(remove(tree_no::PENDING_SESSIONS, &legacy_by_session));
                 ops.push(remove(tree_no::PENDING_HARNESSES, &by_harness));
             }
         }
@@ -1649,7 +1742,7 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
             None => {}
         }
         if let Some(session) = &write.session {
-            ops.push(put(tree_no::SESSIONS, session.session.as_bytes(), codec::encode(session)));
+            ops.push(put(tree_no::SESSIONS, &session.key().bytes(), codec::encode(session)));
         }
     }
     Ok(ops)
@@ -1660,7 +1753,7 @@ fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
 struct Overlay {
     requests: HashMap<Vec<u8>, Remembered>,
     approvals: HashMap<String, ApprovalRecord>,
-    sessions: HashMap<String, SessionRecord>,
+    sessions: HashMap<SessionKey, SessionRecord>,
     /// Locks put (`Some`) or removed (`None`) earlier in the batch.
     locks: HashMap<String, Option<Lock>>,
 }
@@ -1683,7 +1776,7 @@ impl Overlay {
             self.approvals.insert(approval.approval_id.clone(), approval.clone());
         }
         if let Some(session) = &write.session {
-            self.sessions.insert(session.session.clone(), session.clone());
+            self.sessions.insert(session.key(), session.clone());
         }
     }
 }
@@ -1718,12 +1811,13 @@ enum Planned {
 /// A session record after `change`; `None` when nothing changes.
 fn merge_session(current: Option<SessionRecord>, change: &SessionChange) -> Option<SessionRecord> {
     match change {
-        SessionChange::Touch { session, user, agent, add } => match current {
+        SessionChange::Touch { key, agent, add } => match current {
             None => Some(SessionRecord {
-                session: session.clone(),
-                user: user.clone(),
+                session: key.session.clone(),
+                user: key.user.clone(),
                 agent: agent.clone(),
                 labels: add.iter().cloned().collect(),
+                harness: key.harness.clone(),
             }),
             Some(mut record) => {
                 let before = record.labels.len();
@@ -1914,8 +2008,16 @@ mod tests {
             user: "u".into(),
             agent: "a".into(),
             labels: ["private".to_owned(), "untrusted".to_owned()].into(),
+            harness: "h".into(),
         };
         assert_eq!(codec::decode::<SessionRecord>(&codec::encode(&session)).unwrap(), session);
+        // A record written before sessions were scoped ends after its labels.
+        let mut older = codec::encode(&SessionRecord { harness: String::new(), ..session.clone() });
+        older.pop();
+        assert_eq!(
+            codec::decode::<SessionRecord>(&older).unwrap(),
+            SessionRecord { harness: String::new(), ..session.clone() }
+        );
         let record = AuditRecord {
             seq: 3,
             time_unix_ns: 9,

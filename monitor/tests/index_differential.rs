@@ -154,6 +154,9 @@ fn grants(rng: &mut Lcg, now_unix_ns: i64) -> Vec<Grant> {
                 created_by: "diff".into(),
                 created_unix_ns: now_unix_ns,
                 approver_groups: None,
+                // Requests come from the harness `diff`: a grant of another
+                // harness must never decide one.
+                harness: ["", "", "diff", "other"][rng.next(4)].to_owned(),
             });
         }
     }

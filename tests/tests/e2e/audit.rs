@@ -105,23 +105,26 @@ async fn records_and_chain_survive_a_restart_and_the_sequence_continues() {
 
 /// A store written by an older version, whose decision records were JSON,
 /// carries over: the chain verifies and continues, idempotency keys replay,
-/// sessions keep their owner.
+/// sessions (kept then under the bare session id) keep their owner and
+/// their labels.
 #[tokio::test]
 async fn a_store_with_the_json_records_of_older_versions_carries_over() {
     let mut monitor = TestMonitor::start().await;
     decide_three(&monitor).await;
     let keyed = ActionRequest::read_file("/home/alice/project/keyed.rs").request_id("keyed-1");
     let first = monitor.harness().await.authorize(&alice(), keyed.clone()).await.unwrap();
+    let web = ActionRequest::http("GET", "https://blog.example.com/howto");
+    assert_eq!(monitor.harness().await.authorize(&alice(), web).await.unwrap().outcome, Outcome::Allow);
     let before = monitor.audit().await;
     monitor.stop_server().await;
     {
         let db = sled::open(monitor.store_dir()).unwrap();
-        assert_eq!(rewrite_as_json::<AuditRecord>(&db, trees::AUDIT), 4);
+        assert_eq!(rewrite_as_json::<AuditRecord>(&db, trees::AUDIT), 5);
         let remembered: usize = [trees::REQUESTS, trees::REQUESTS_1, trees::REQUESTS_2]
             .into_iter()
             .map(|tree| rewrite_as_json::<Remembered>(&db, tree))
             .sum();
-        assert_eq!(remembered, 4, "the SDK keys every request");
+        assert_eq!(remembered, 5, "the SDK keys every request");
         // Older versions hashed the request's JSON.
         let input = RequestInput {
             request_id: "keyed-1".into(),
@@ -143,7 +146,18 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
         assert_ne!(record.request_hash, legacy_request_hash(&input));
         record.request_hash = legacy_request_hash(&input);
         slot.insert(key, serde_json::to_vec(&record).unwrap()).unwrap();
-        assert_eq!(rewrite_as_json::<SessionRecord>(&db, trees::SESSIONS), 1);
+        // Older versions kept a session under its bare id, without a harness.
+        let sessions = db.open_tree(trees::SESSIONS).unwrap();
+        let stored: Vec<_> = sessions.iter().map(Result::unwrap).collect();
+        assert_eq!(stored.len(), 1);
+        for (key, value) in stored {
+            let record: SessionRecord = codec::decode(&value).unwrap();
+            assert_eq!(record.labels.iter().collect::<Vec<_>>(), ["untrusted-input"]);
+            let mut json = serde_json::to_value(&record).unwrap();
+            json.as_object_mut().unwrap().remove("harness");
+            sessions.remove(key).unwrap();
+            sessions.insert(record.session.as_bytes(), serde_json::to_vec(&json).unwrap()).unwrap();
+        }
         db.flush().unwrap();
     }
     monitor.restart().await;
@@ -151,20 +165,26 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
     assert_eq!(monitor.audit().await, before);
     let client = monitor.harness().await;
     assert_eq!(client.authorize(&alice(), keyed).await.unwrap(), first, "replayed from a JSON record");
-    // Someone else cannot take over the session whose record is JSON.
+    // The old record is still alice's claude-code session: another agent
+    // kind of hers is denied on it; bob's `s1` is a session of his own.
+    let codex = client.authorize(&Actor::new("alice", "codex", "s1"), ActionRequest::read_file("/home/alice/a")).await;
+    let codex = codex.unwrap();
+    assert_eq!(codex.outcome, Outcome::Deny);
+    assert!(codex.reasons.iter().any(|r| r.contains("belongs to agent `claude-code`")), "{codex:?}");
     let bob = Actor::new("bob", "claude-code", "s1");
-    let taken = client.authorize(&bob, ActionRequest::read_file("/home/bob/notes.txt")).await;
-    match taken {
-        Ok(decision) => {
-            assert_eq!(decision.outcome, Outcome::Deny);
-            assert!(decision.reasons.iter().any(|r| r.contains("belongs to user `alice`")), "{decision:?}");
-        }
-        Err(status) => panic!("a session owned by someone else is a denial, not an error: {status:?}"),
-    }
-    let next = client.authorize(&alice(), ActionRequest::read_file("/home/alice/project/c.rs")).await.unwrap();
-    assert_eq!((next.outcome, next.audit_seq), (Outcome::Allow, 6));
+    let bobs = client.authorize(&bob, ActionRequest::read_file("/home/bob/work/notes.md")).await.unwrap();
+    assert_eq!(bobs.outcome, Outcome::Allow, "{bobs:?}");
+    // Its label from before the upgrade still counts: with private data
+    // added, sending data out waits for a person.
+    let private = client.authorize(&alice(), ActionRequest::read_file("/home/alice/private/salaries.csv")).await;
+    assert_eq!(private.unwrap().outcome, Outcome::Allow);
+    let post = || ActionRequest::http("POST", "https://api.github.com/repos/acme/app/issues");
+    let exfiltrate = client.authorize(&alice(), post()).await.unwrap();
+    assert_eq!(exfiltrate.outcome, Outcome::Pending, "{exfiltrate:?}");
+    assert_eq!(exfiltrate.policy_ids, ["trifecta.no-exfiltration"]);
+    assert_eq!(client.authorize(&bob, post()).await.unwrap().outcome, Outcome::Allow);
     let report = monitor.verify().await;
-    assert!(report.ok && report.records == 6, "{report:?}");
+    assert!(report.ok && report.records == 10, "{report:?}");
 }
 
 /// Rewrites one stored record while the monitor is stopped.

@@ -83,7 +83,11 @@ async fn a_grant_lifts_soft_forbids_but_never_a_hard_one() {
     admin.create_grant(grant("alice", &["secret.use"], "secret:DEPLOY_KEY", 600)).await.unwrap();
     let used = harness.authorize(&alice(), ActionRequest::use_secret("DEPLOY_KEY")).await.unwrap();
     assert_eq!(used.outcome, Outcome::Allow);
-    let session = admin.get_session(pb::GetSessionRequest { session: "s1".into() }).await.unwrap().into_inner();
+    let session = admin
+        .get_session(pb::GetSessionRequest { session: "s1".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(session.labels, ["private-data"]);
 }
 
@@ -190,7 +194,11 @@ async fn lockdown_denies_at_once_and_cancels_pending_approvals() {
     let denied = harness.authorize(&alice(), read()).await.unwrap();
     assert_eq!(denied.outcome, Outcome::Deny);
     assert_eq!(denied.reasons, ["session `s1` is locked by `security`: prompt injection suspected"]);
-    let session = admin.get_session(pb::GetSessionRequest { session: "s1".into() }).await.unwrap().into_inner();
+    let session = admin
+        .get_session(pb::GetSessionRequest { session: "s1".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(session.locked);
     // Other sessions go on.
     assert_eq!(
@@ -223,7 +231,12 @@ async fn the_lethal_trifecta_ends_pending_for_the_exfiltration_attempt() {
     let labels = |admin: &mut crate::support::Admin| {
         let mut admin = admin.clone();
         async move {
-            admin.get_session(pb::GetSessionRequest { session: "trifecta".into() }).await.unwrap().into_inner().labels
+            admin
+                .get_session(pb::GetSessionRequest { session: "trifecta".into(), ..Default::default() })
+                .await
+                .unwrap()
+                .into_inner()
+                .labels
         }
     };
 
@@ -262,7 +275,11 @@ async fn the_lethal_trifecta_ends_pending_for_the_exfiltration_attempt() {
 
     // An admin clears them (audited), and the session may post again.
     let cleared = admin
-        .clear_session_labels(pb::ClearSessionLabelsRequest { session: "trifecta".into(), reason: "reviewed".into() })
+        .clear_session_labels(pb::ClearSessionLabelsRequest {
+            session: "trifecta".into(),
+            reason: "reviewed".into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -299,7 +316,8 @@ async fn harness_and_approver_tokens_cannot_use_admin() {
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "{token}");
-        let status = admin.get_session(pb::GetSessionRequest { session: "s1".into() }).await.unwrap_err();
+        let status =
+            admin.get_session(pb::GetSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "{token}");
         let status = admin
             .clear_session_labels(pb::ClearSessionLabelsRequest { session: "s1".into(), ..Default::default() })
@@ -309,23 +327,24 @@ async fn harness_and_approver_tokens_cannot_use_admin() {
     }
 }
 
+/// Within its harness and user, a session belongs to the agent kind that
+/// first used it (across harnesses and users, see
+/// `security::a_session_id_is_scoped_to_its_harness_and_user`).
 #[tokio::test]
-async fn a_session_id_belongs_to_its_first_user_and_agent() {
+async fn a_session_belongs_to_its_first_agent() {
     let monitor = TestMonitor::start().await;
     let harness = monitor.harness().await;
     let read = || ActionRequest::read_file("/home/bob/work/notes.md");
     let bob = Actor::new("bob", "codex", "shared-id");
     assert_eq!(harness.authorize(&bob, read()).await.unwrap().outcome, Outcome::Allow);
-    // Another user, or another agent kind, cannot use (or shed) that session.
-    for intruder in [Actor::new("alice", "codex", "shared-id"), Actor::new("bob", "claude-code", "shared-id")] {
-        let denied = harness.authorize(&intruder, read()).await.unwrap();
-        assert_eq!(denied.outcome, Outcome::Deny);
-        assert!(
-            denied.reasons[0].contains("session `shared-id` belongs to user `bob` and agent `codex`"),
-            "{:?}",
-            denied.reasons
-        );
-    }
+    let intruder = Actor::new("bob", "claude-code", "shared-id");
+    let denied = harness.authorize(&intruder, read()).await.unwrap();
+    assert_eq!(denied.outcome, Outcome::Deny);
+    assert!(
+        denied.reasons[0].contains("session `shared-id` belongs to agent `codex`, not to agent `claude-code`"),
+        "{:?}",
+        denied.reasons
+    );
 }
 
 #[tokio::test]

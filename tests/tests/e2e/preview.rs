@@ -215,7 +215,7 @@ async fn preview_leaves_no_label_approval_or_idempotency_record() {
     // Had those been authorized, the session would hold both labels and a
     // POST would wait for a person; after previews it holds none.
     let mut admin = monitor.admin().await;
-    let session = admin.get_session(pb::GetSessionRequest { session: "quiet".into() }).await;
+    let session = admin.get_session(pb::GetSessionRequest { session: "quiet".into(), ..Default::default() }).await;
     if let Ok(session) = session {
         assert!(session.into_inner().labels.is_empty());
     }

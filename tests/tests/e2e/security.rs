@@ -311,3 +311,73 @@ async fn invalid_requests_are_audited_escaped_and_bounded() {
     assert!(!first.reasons[0].contains('\u{1b}'), "{:?}", first.reasons);
     assert!(monitor.verify().await.ok);
 }
+
+/// A session id is scoped to the harness and the user that use it: bob's
+/// harness taking alice's session id first denies alice nothing, and
+/// neither labels (the lethal trifecta) nor a window an approver granted
+/// carry from one harness's session to another's of the same id.
+#[tokio::test]
+async fn a_session_id_is_scoped_to_its_harness_and_user() {
+    let monitor = TestMonitor::start().await;
+    let everyone = monitor.harness().await;
+    let alice_only = monitor.sdk(crate::support::ALICE_ONLY).await;
+    let bob = Actor::new("bob", "claude-code", "s1");
+
+    // Squatting: bob's session `s1` first, then alice's own `s1` works.
+    let bobs = everyone.authorize(&bob, ActionRequest::read_file("/home/bob/work/notes.md")).await.unwrap();
+    assert_eq!(bobs.outcome, Outcome::Allow);
+    let alices = everyone.authorize(&alice(), ActionRequest::read_file("/home/alice/project/a.rs")).await.unwrap();
+    assert_eq!(alices.outcome, Outcome::Allow, "{:?}", alices.reasons);
+
+    // Labels: alice's `s1` on one harness holds the trifecta; her `s1` on
+    // the other harness, and bob's `s1`, hold nothing.
+    let web = everyone.authorize(&alice(), ActionRequest::http("GET", "https://blog.example.com/howto")).await;
+    assert_eq!(web.unwrap().outcome, Outcome::Allow);
+    let private = everyone.authorize(&alice(), ActionRequest::read_file("/home/alice/private/salaries.csv")).await;
+    assert_eq!(private.unwrap().outcome, Outcome::Allow);
+    let post = || ActionRequest::http("POST", "https://api.github.com/repos/acme/app/issues");
+    assert_eq!(everyone.authorize(&alice(), post()).await.unwrap().outcome, Outcome::Pending);
+    assert_eq!(alice_only.authorize(&alice(), post()).await.unwrap().outcome, Outcome::Allow);
+    assert_eq!(everyone.authorize(&bob, post()).await.unwrap().outcome, Outcome::Allow);
+
+    // An admin sees one session per harness and user, and must say which.
+    let mut admin = monitor.admin().await;
+    let ambiguous =
+        admin.get_session(pb::GetSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!(ambiguous.code(), tonic::Code::InvalidArgument);
+    assert!(ambiguous.message().contains("names 3 sessions"), "{}", ambiguous.message());
+    let tainted = admin
+        .get_session(pb::GetSessionRequest {
+            session: "s1".into(),
+            user: "alice".into(),
+            harness: "test-harness".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(tainted.labels, ["private-data", "untrusted-input"]);
+    assert_eq!(tainted.harness, "test-harness");
+    let clean = admin
+        .get_session(pb::GetSessionRequest {
+            session: "s1".into(),
+            user: "alice".into(),
+            harness: "alice-harness".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(clean.labels.is_empty(), "{:?}", clean.labels);
+
+    // A window approved for one harness's session is not the other's.
+    let push = || ActionRequest::exec(["git", "push", "origin", "main"]);
+    let pending = everyone.authorize(&alice(), push()).await.unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+    let approved = approve_for_window(&monitor, crate::support::APPROVER, pending.approval_id).await;
+    assert_eq!(approved.state, pb::ApprovalState::Approved as i32);
+    assert_eq!(everyone.authorize(&alice(), push()).await.unwrap().outcome, Outcome::Allow);
+    let elsewhere = alice_only.authorize(&alice(), push()).await.unwrap();
+    assert_eq!(elsewhere.outcome, Outcome::Pending, "{:?}", elsewhere.reasons);
+    assert!(elsewhere.grant_ids.is_empty());
+    let grants = admin.list_grants(pb::ListGrantsRequest::default()).await.unwrap().into_inner().grants;
+    assert_eq!(grants.iter().map(|g| g.harness.as_str()).collect::<Vec<_>>(), ["test-harness"]);
+}
