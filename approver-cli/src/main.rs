@@ -267,6 +267,10 @@ enum GrantsCommand {
         /// Only this kind of agent
         #[arg(long)]
         agent: Option<String>,
+        /// Only the sessions of this harness credential (a session id is
+        /// scoped to its harness and user)
+        #[arg(long)]
+        harness: Option<String>,
         /// An action; repeat for several
         #[arg(long = "action", required = true)]
         actions: Vec<String>,
@@ -602,7 +606,7 @@ impl tonic::service::Interceptor for MaybeToken {
 
 async fn grants(mut admin: Admin, command: GrantsCommand, json: bool) -> anyhow::Result<()> {
     match command {
-        GrantsCommand::Create { user, session, agent, actions, resource, for_, reason } => {
+        GrantsCommand::Create { user, session, agent, harness, actions, resource, for_, reason } => {
             let ttl = warden_monitor::duration::parse_duration(&for_)?;
             let grant = admin
                 .create_grant(pb::CreateGrantRequest {
@@ -613,7 +617,7 @@ async fn grants(mut admin: Admin, command: GrantsCommand, json: bool) -> anyhow:
                     resource_scope: resource,
                     ttl_seconds: ttl.as_secs(),
                     reason,
-                    harness: String::new(),
+                    harness: harness.unwrap_or_default(),
                 })
                 .await?
                 .into_inner();

@@ -164,6 +164,11 @@ impl Credentials {
             if config.name.trim().is_empty() {
                 return Err(error("name must not be empty"));
             }
+            // Names are part of store keys (a session is its harness's and
+            // user's, NUL-separated) and are shown to people.
+            if config.name.chars().any(char::is_control) {
+                return Err(error("name must not contain control characters"));
+            }
             if !names.insert(config.name.clone()) {
                 return Err(error("the name is used twice"));
             }

@@ -7,6 +7,7 @@
 //! evaluation error denies and names the policy. No tonic, sled or tokio here,
 //! and no clock read: `now` is passed in.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
@@ -19,8 +20,9 @@ use cedar_policy::{
 };
 use time::OffsetDateTime;
 
+use crate::command::Part;
 use crate::grants::{CompiledGrant, UserGrants};
-use crate::normalize::{InvalidInput, NormalizedRequest, Resource};
+use crate::normalize::{InvalidInput, NormalizedRequest, Resource, normalize_resource};
 use crate::policy::PolicySnapshot;
 
 /// The three answers.
@@ -79,6 +81,9 @@ pub struct Evaluation {
     /// For ALLOW: the `@label`s of the determining policies, which the
     /// session gains.
     pub labels: Vec<String>,
+    /// For a command of several parts: each part and how it was decided,
+    /// for the audit record (`part 2 of 3, `cat /x` (fs.read): DENY by …`).
+    pub parts: Vec<String>,
 }
 
 impl Evaluation {
@@ -124,12 +129,203 @@ const RESERVED_CONTEXT: [&str; 3] = ["now", "approved", "justification"];
 /// Decides one request. `Err` is bad input (an action the schema does not
 /// know, a resource the action does not apply to, context that does not fit
 /// the schema); every other problem is a DENY with its reason.
+///
+/// A command is decided as the parts it is made of (`command::parts`):
+/// the strictest outcome of its parts, naming the part that decided. A
+/// grant on the whole command (a window approved for this exact script)
+/// counts as approval for each part.
 pub fn decide(
     snapshot: &PolicySnapshot,
     request: &NormalizedRequest,
     facts: &SessionFacts,
     now: OffsetDateTime,
     config: &DecisionConfig,
+) -> Result<Evaluation, InvalidInput> {
+    let request = identified(snapshot, request);
+    let parts = match command_parts(snapshot, &request)? {
+        Some(parts) if !is_itself(&parts, &request) => parts,
+        _ => return decide_one(snapshot, &request, facts, now, config, &[]),
+    };
+    let inherited = match &facts.grants {
+        None => vec![],
+        Some(_) => match Evaluator::new(snapshot, &request, facts, now, config.use_index)? {
+            Ok(evaluator) => match evaluator.matching_grants(facts)? {
+                Ok(ids) => ids,
+                Err(denial) => return Ok(*denial),
+            },
+            Err(denial) => return Ok(denial),
+        },
+    };
+    let mut decided = Vec::with_capacity(parts.len());
+    for (part, part_request) in &parts {
+        decided.push((part, decide_one(snapshot, part_request, facts, now, config, &inherited)?));
+    }
+    Ok(combine(&decided))
+}
+
+/// Whether `request` is a command of several parts (a script, a wrapper, a
+/// program with file arguments), which has no parent scope to approve a
+/// window over: only that exact command.
+pub fn is_composite(snapshot: &PolicySnapshot, request: &NormalizedRequest) -> bool {
+    let request = identified(snapshot, request);
+    match command_parts(snapshot, &request) {
+        Ok(Some(parts)) => !is_itself(&parts, &request),
+        Ok(None) => false,
+        // Too many parts: composite, whatever it is.
+        Err(_) => true,
+    }
+}
+
+/// The request as policies see it: a command's program by its identity
+/// (`programs::Programs::identity`).
+pub fn identified<'r>(snapshot: &PolicySnapshot, request: &'r NormalizedRequest) -> Cow<'r, NormalizedRequest> {
+    if let Resource::Command { program, path, .. } = &request.resource {
+        let identity = snapshot.programs.identity(program, path);
+        if &identity != program {
+            let mut owned = request.clone();
+            if let Resource::Command { program, .. } = &mut owned.resource {
+                *program = identity;
+            }
+            return Cow::Owned(owned);
+        }
+    }
+    Cow::Borrowed(request)
+}
+
+/// The parts of an `exec` request, each as a request of its own; `None`
+/// for any other request. Parts whose action the schema does not have (a
+/// policy set without file actions) are left out.
+pub fn command_parts(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+) -> Result<Option<Vec<(Part, NormalizedRequest)>>, InvalidInput> {
+    let Resource::Command { words, cwd, .. } = &request.resource else { return Ok(None) };
+    if request.action != "exec" || words.is_empty() {
+        return Ok(None);
+    }
+    let parts = crate::command::parts(words, cwd, &request.actor.user, &snapshot.programs)?;
+    let mut out = Vec::with_capacity(parts.len());
+    for part in parts {
+        if !snapshot.actions.contains_key(&part.action) {
+            continue;
+        }
+        let resource = match normalize_resource(&part.resource) {
+            Ok(mut resource) => {
+                match &mut resource {
+                    Resource::Command { opaque, program, path, .. } => {
+                        *opaque = part.opaque;
+                        *program = snapshot.programs.identity(program, path);
+                    }
+                    Resource::File { pattern, .. } => *pattern = part.pattern,
+                    _ => {}
+                }
+                resource
+            }
+            // A part that is not valid on its own (a path too long): what
+            // the monitor cannot read is opaque.
+            Err(_) => {
+                let mut resource = request.resource.clone();
+                if let Resource::Command { opaque, .. } = &mut resource {
+                    *opaque = true;
+                }
+                resource
+            }
+        };
+        let part_request = NormalizedRequest { action: part.action.clone(), resource, ..request.clone() };
+        out.push((part, part_request));
+    }
+    Ok(Some(out))
+}
+
+/// Whether the parts are just the request itself (a plain command with no
+/// file arguments): then it is decided as one.
+fn is_itself(parts: &[(Part, NormalizedRequest)], request: &NormalizedRequest) -> bool {
+    match parts {
+        [] => true,
+        [(_, only)] => only.action == request.action && only.resource == request.resource,
+        _ => false,
+    }
+}
+
+/// The strictest outcome of the parts (DENY over PENDING over ALLOW), with
+/// the reasons of the parts that decided, each naming its part.
+fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
+    let count = decided.len();
+    let name = |i: usize, part: &Part| format!("part {} of {count}, {}", i + 1, part.shown());
+    let lines: Vec<String> = decided
+        .iter()
+        .enumerate()
+        .map(|(i, (part, e))| {
+            let by = if e.policy_ids.is_empty() { String::new() } else { format!(" by {}", e.policy_ids.join(", ")) };
+            format!("{}: {}{by}", name(i, part), e.outcome.as_str())
+        })
+        .collect();
+    let prefixed = |i: usize, part: &Part, e: &Evaluation| -> Vec<String> {
+        e.reasons.iter().map(|r| format!("{}: {r}", name(i, part))).collect()
+    };
+    if let Some((i, (part, denied))) = decided.iter().enumerate().find(|(_, (_, e))| e.outcome == Outcome::Deny) {
+        return Evaluation {
+            policy_ids: denied.policy_ids.clone(),
+            reasons: prefixed(i, part, denied),
+            grant_ids: denied.grant_ids.clone(),
+            parts: lines,
+            ..Evaluation::deny(vec![], vec![])
+        };
+    }
+    let mut policy_ids = Vec::new();
+    let mut reasons = Vec::new();
+    let add = |list: &mut Vec<String>, items: &[String]| {
+        for item in items {
+            if !list.contains(item) {
+                list.push(item.clone());
+            }
+        }
+    };
+    let pending: Vec<(usize, &(&Part, Evaluation))> =
+        decided.iter().enumerate().filter(|(_, (_, e))| e.outcome == Outcome::Pending).collect();
+    if !pending.is_empty() {
+        let mut approvers = Vec::new();
+        let mut permit_ids = Vec::new();
+        let mut timeout: Option<Duration> = None;
+        for (i, (part, e)) in &pending {
+            add(&mut policy_ids, &e.policy_ids);
+            add(&mut reasons, &prefixed(*i, part, e));
+            if let Some(terms) = &e.approval {
+                add(&mut approvers, &terms.approvers);
+                add(&mut permit_ids, &terms.permit_ids);
+                timeout = Some(timeout.map_or(terms.timeout, |t| t.min(terms.timeout)));
+            }
+        }
+        approvers.sort();
+        return Evaluation {
+            outcome: Outcome::Pending,
+            policy_ids,
+            reasons,
+            approval: Some(ApprovalTerms { approvers, timeout: timeout.unwrap_or_default(), permit_ids }),
+            parts: lines,
+            ..Evaluation::default()
+        };
+    }
+    let mut grant_ids = Vec::new();
+    let mut labels = Vec::new();
+    for (_, e) in decided {
+        add(&mut policy_ids, &e.policy_ids);
+        add(&mut reasons, &e.reasons);
+        add(&mut grant_ids, &e.grant_ids);
+        add(&mut labels, &e.labels);
+    }
+    Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None, grant_ids, labels, parts: lines }
+}
+
+/// Decides one request (a part of a command, or any other request), with
+/// `inherited`: grants that matched the whole command.
+fn decide_one(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+    now: OffsetDateTime,
+    config: &DecisionConfig,
+    inherited: &[String],
 ) -> Result<Evaluation, InvalidInput> {
     let evaluator = match Evaluator::new(snapshot, request, facts, now, config.use_index)? {
         Ok(evaluator) => evaluator,
@@ -145,6 +341,11 @@ pub fn decide(
         Ok(ids) => ids,
         Err(denial) => return Ok(*denial),
     };
+    for id in inherited {
+        if !grant_ids.contains(id) {
+            grant_ids.push(id.clone());
+        }
+    }
     if let Some(grants) = &facts.grants
         && grant_ids.iter().any(|id| grants.get(id).is_some_and(CompiledGrant::restricted))
     {
@@ -176,7 +377,15 @@ pub fn decide(
         } else {
             reasons
         };
-        return Ok(Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None, grant_ids, labels });
+        return Ok(Evaluation {
+            outcome: Outcome::Allow,
+            policy_ids,
+            reasons,
+            approval: None,
+            grant_ids,
+            labels,
+            parts: vec![],
+        });
     }
     if approved {
         // Approved by a grant and still denied: plain forbids win.
@@ -224,8 +433,27 @@ pub fn decide(
 
 /// Decides a request a person has approved: one evaluation with
 /// `context.approved = true` against the policies of this moment. ALLOW with
-/// the permits, or DENY with what stands in the way now.
+/// the permits, or DENY with what stands in the way now. A command: every
+/// part, as in [`decide`].
 pub fn decide_approved(
+    snapshot: &PolicySnapshot,
+    request: &NormalizedRequest,
+    facts: &SessionFacts,
+    now: OffsetDateTime,
+) -> Result<Evaluation, InvalidInput> {
+    let request = identified(snapshot, request);
+    let parts = match command_parts(snapshot, &request)? {
+        Some(parts) if !is_itself(&parts, &request) => parts,
+        _ => return decide_approved_one(snapshot, &request, facts, now),
+    };
+    let mut decided = Vec::with_capacity(parts.len());
+    for (part, part_request) in &parts {
+        decided.push((part, decide_approved_one(snapshot, part_request, facts, now)?));
+    }
+    Ok(combine(&decided))
+}
+
+fn decide_approved_one(
     snapshot: &PolicySnapshot,
     request: &NormalizedRequest,
     facts: &SessionFacts,
@@ -861,21 +1089,23 @@ fn request_entities(
 fn resource_shape(resource: &Resource) -> (Vec<&str>, HashMap<String, RestrictedExpression>) {
     let s = |v: &str| RestrictedExpression::new_string(v.to_owned());
     match resource {
-        Resource::File { path, name, extension, dirs } => (
+        Resource::File { path, name, extension, dirs, pattern } => (
             dirs.iter().map(String::as_str).collect(),
             HashMap::from([
                 ("path".to_owned(), s(path)),
                 ("name".to_owned(), s(name)),
                 ("extension".to_owned(), s(extension)),
+                ("pattern".to_owned(), RestrictedExpression::new_bool(*pattern)),
             ]),
         ),
-        Resource::Command { program, argv, args, cwd, .. } => (
+        Resource::Command { program, argv, args, cwd, opaque, .. } => (
             vec![program.as_str()],
             HashMap::from([
                 ("program".to_owned(), s(program)),
                 ("argv".to_owned(), s(argv)),
                 ("args".to_owned(), RestrictedExpression::new_set(args.iter().map(|a| s(a)))),
                 ("cwd".to_owned(), s(cwd)),
+                ("opaque".to_owned(), RestrictedExpression::new_bool(*opaque)),
             ]),
         ),
         Resource::Url { scheme, host, port, path, method, domains, .. } => (

@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod checkpoint;
 pub mod codec;
+pub mod command;
 pub mod config;
 pub mod decision;
 pub mod duration;
@@ -21,6 +22,7 @@ pub mod index;
 pub mod normalize;
 pub mod policy;
 pub mod policytest;
+pub mod programs;
 pub mod ratelimit;
 pub mod redact;
 pub mod server;

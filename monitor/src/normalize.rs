@@ -106,6 +106,10 @@ pub enum Resource {
         extension: String,
         /// The directories above, nearest first, ending with `/`.
         dirs: Vec<String>,
+        /// The path is a pattern of file names as written (a glob, the
+        /// files `find` finds), not one file (`File.pattern`).
+        #[serde(default)]
+        pattern: bool,
     },
     /// `Command::"<argv, each element quoted where needed>"` in
     /// `Program::"<basename of argv[0]>"`.
@@ -125,6 +129,19 @@ pub enum Resource {
         args: BTreeSet<String>,
         /// Absolute, cleaned working directory, empty when not given.
         cwd: String,
+        /// argv as sent, one element each.
+        #[serde(default)]
+        words: Vec<String>,
+        /// argv[0] made absolute and cleaned when it is a path (`./ls`,
+        /// `/usr/bin/git`); empty when the program is run by name. With the
+        /// system program directories of `programs.toml` it gives the
+        /// program's identity (`programs::Programs::identity`).
+        #[serde(default)]
+        path: String,
+        /// A part of a command the monitor cannot see into
+        /// (`Command.opaque`); a request as sent is never opaque.
+        #[serde(default)]
+        opaque: bool,
     },
     /// `Url::"<normalized url>"` in each `Domain` of its host.
     Url {
@@ -248,10 +265,11 @@ impl NormalizedRequest {
     pub fn for_display(&self) -> NormalizedRequest {
         let mut shown = self.clone();
         match &mut shown.resource {
-            Resource::Command { argv, line, args, .. } => {
+            Resource::Command { argv, line, args, words, .. } => {
                 *argv = crate::redact::text(argv);
                 *line = crate::redact::text(line);
                 *args = args.iter().map(|arg| crate::redact::text(arg)).collect();
+                *words = crate::redact::argv(words);
             }
             Resource::Url { url, path, .. } => {
                 *url = crate::redact::text(url);
@@ -325,7 +343,7 @@ fn normalize_file(path: &str, cwd: &str) -> Result<Resource, InvalidInput> {
     let path = absolute_path("resource.file.path", path, "resource.file.cwd", cwd)?;
     let (name, dirs) = split_path(&path);
     let extension = file_extension(&name).to_owned();
-    Ok(Resource::File { path, name, extension, dirs })
+    Ok(Resource::File { path, name, extension, dirs, pattern: false })
 }
 
 fn normalize_command(argv: &[String], cwd: &str) -> Result<Resource, InvalidInput> {
@@ -358,12 +376,29 @@ fn normalize_command(argv: &[String], cwd: &str) -> Result<Resource, InvalidInpu
         bounded_path("resource.command.cwd", cwd)?;
         clean_path(cwd)
     };
+    let path = if !argv0.contains('/') {
+        String::new()
+    } else if argv0.starts_with('/') {
+        bounded_path("resource.command.argv", argv0)?;
+        clean_path(argv0)
+    } else if cwd.is_empty() {
+        return Err(InvalidInput::new(
+            "resource.command.cwd",
+            format!("is needed to know which program `{argv0}` is (a relative path)"),
+        ));
+    } else {
+        bounded_path("resource.command.argv", argv0)?;
+        clean_path(&format!("{cwd}/{argv0}"))
+    };
     Ok(Resource::Command {
         program: program.to_owned(),
         argv: argv.join(" "),
         line: quote_argv(argv),
         args: argv.iter().skip(1).cloned().collect(),
         cwd,
+        words: argv.to_vec(),
+        path,
+        opaque: false,
     })
 }
 

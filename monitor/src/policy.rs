@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decision::DomainTypes;
 use crate::duration::parse_duration;
+use crate::programs::{PROGRAMS_FILE, Programs};
 
 /// The schema file of a policy folder.
 pub const SCHEMA_FILE: &str = "schema.cedarschema";
@@ -184,6 +185,8 @@ pub struct PolicySnapshot {
     pub(crate) index: crate::index::PolicyIndex,
     /// Users' and agents' entities, built on first use.
     pub(crate) principals: crate::decision::PrincipalCache,
+    /// `programs.toml`: how commands are read.
+    pub programs: Programs,
 }
 
 impl PolicySnapshot {
@@ -225,6 +228,12 @@ impl PolicySnapshot {
                 .map_err(|e| LoadError::one(SourceDiagnostic::whole_file(ENTITIES_FILE, diagnostic_message(&e))))?,
             None => Entities::empty(),
         };
+        let programs = match &files.programs {
+            Some(text) => {
+                Programs::parse(text).map_err(|e| LoadError::one(SourceDiagnostic::whole_file(PROGRAMS_FILE, e)))?
+            }
+            None => Programs::default(),
+        };
         let actions = action_table(&schema)?;
         let types = DomainTypes::new().map_err(|e| LoadError::one(SourceDiagnostic::whole_file(SCHEMA_FILE, e)))?;
         let action_entities = schema
@@ -244,6 +253,7 @@ impl PolicySnapshot {
             types,
             index,
             principals: crate::decision::PrincipalCache::default(),
+            programs,
         })
     }
 
@@ -316,6 +326,8 @@ pub struct PolicyFiles {
     pub policies: BTreeMap<String, String>,
     /// `entities.json`, when present.
     pub entities: Option<String>,
+    /// `programs.toml`, when present.
+    pub programs: Option<String>,
 }
 
 impl PolicyFiles {
@@ -350,7 +362,9 @@ impl PolicyFiles {
         let schema = read(schema_path, SCHEMA_FILE)?;
         let entities_path = dir.join(ENTITIES_FILE);
         let entities = if entities_path.is_file() { Some(read(entities_path, ENTITIES_FILE)?) } else { None };
-        Ok(Self { schema, policies, entities })
+        let programs_path = dir.join(PROGRAMS_FILE);
+        let programs = if programs_path.is_file() { Some(read(programs_path, PROGRAMS_FILE)?) } else { None };
+        Ok(Self { schema, policies, entities, programs })
     }
 
     fn names(&self) -> Vec<String> {
@@ -358,6 +372,9 @@ impl PolicyFiles {
         names.extend(self.policies.keys().cloned());
         if self.entities.is_some() {
             names.push(ENTITIES_FILE.to_owned());
+        }
+        if self.programs.is_some() {
+            names.push(PROGRAMS_FILE.to_owned());
         }
         names
     }
@@ -377,6 +394,9 @@ impl PolicyFiles {
         }
         if let Some(text) = &self.entities {
             add(ENTITIES_FILE, text);
+        }
+        if let Some(text) = &self.programs {
+            add(PROGRAMS_FILE, text);
         }
         let digest = hex::encode(hasher.finalize());
         format!("sha256:{}", digest.get(..16).unwrap_or(&digest))
@@ -579,6 +599,7 @@ mod tests {
             schema: SCHEMA.into(),
             policies: policies.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),
             entities: None,
+            programs: None,
         }
     }
 

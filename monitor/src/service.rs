@@ -806,7 +806,16 @@ impl Monitor {
             )));
         }
         let window = if resolution.grant_for_seconds > 0 {
-            let scope = Scope::of_resource(&approval.request.resource, parent)?;
+            let snapshot = self.snapshot();
+            if parent && crate::decision::is_composite(&snapshot, &approval.request) {
+                return Err(InvalidInput::new(
+                    "grant_scope",
+                    "a command of several parts has no parent to approve a window over: use `exact`",
+                )
+                .into());
+            }
+            let identified = crate::decision::identified(&snapshot, &approval.request);
+            let scope = Scope::of_resource(&identified.resource, parent)?;
             Some(GrantRequest {
                 user: approval.request.actor.user.clone(),
                 session: approval.request.actor.session.clone(),
@@ -1300,6 +1309,10 @@ impl Monitor {
         reason: &str,
     ) -> Result<SessionView, CallError> {
         let before = self.session(query)?;
+        // A lock alone shows a session that has never asked: nothing to clear.
+        if before.record.agent.is_empty() {
+            return Err(CallError::NotFound(format!("session `{}` has never asked", query.session)));
+        }
         let entry = AuditEntry {
             time_unix_ns: unix_ns(self.now()),
             kind: "session.labels-cleared".into(),
@@ -1617,7 +1630,8 @@ impl Decided<'_> {
             request_id: self.request_id.clone(),
             harness: caller.name.clone(),
             policy_ids: evaluation.policy_ids.clone(),
-            reasons: evaluation.reasons.clone(),
+            // What the approver approves: the whole command, every part.
+            reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
             permit_ids: terms.permit_ids.clone(),
             approvers: terms.approvers.clone(),
             policy_version: snapshot.version.clone(),
@@ -1640,7 +1654,8 @@ impl Decided<'_> {
             request: serde_json::to_string(&request.for_display()).unwrap_or_default(),
             outcome: evaluation.outcome.as_str().into(),
             policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
-            reasons: evaluation.reasons.clone(),
+            // Every part of a command and how it was decided.
+            reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
             policy_version: snapshot.version.clone(),
             request_id: self.request_id.clone(),
             approval_id: self.approval_id.clone(),

@@ -741,6 +741,9 @@ impl Trees {
     /// session's when its user is this key's (its harness was not kept), so
     /// labels gained before an upgrade still count after it.
     fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        if key.harness.is_empty() {
+            return self.legacy_session(key);
+        }
         let bytes = key.bytes();
         if let Some(value) = self.sessions.get(&bytes)? {
             return read(trees::SESSIONS, &bytes, &value).map(Some);
@@ -753,6 +756,7 @@ impl Trees {
     fn legacy_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
         let Some(value) = self.sessions.get(key.session.as_bytes())? else { return Ok(None) };
         let record: SessionRecord = read(trees::SESSIONS, key.session.as_bytes(), &value)?;
+        // Another user's record under the bare id is not this session.
         Ok((record.user == key.user).then(|| SessionRecord { harness: key.harness.clone(), ..record }))
     }
 

@@ -281,7 +281,7 @@ fn http(method: &str, url: &str) -> Result<Resource, InvalidInput> {
 /// The fields of a normalized file, or a test failure naming what came back instead.
 fn file_fields(resource: Resource) -> Result<(String, String, String, Vec<String>), TestCaseError> {
     match resource {
-        Resource::File { path, name, extension, dirs } => Ok((path, name, extension, dirs)),
+        Resource::File { path, name, extension, dirs, .. } => Ok((path, name, extension, dirs)),
         other => Err(TestCaseError::fail(format!("not a file: {other:?}"))),
     }
 }

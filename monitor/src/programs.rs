@@ -1,0 +1,265 @@
+//! What the monitor knows about programs, read from `programs.toml` in the
+//! policy folder (pure): where system programs live (program identity),
+//! which programs are shells, which run another command (wrappers), which
+//! read, write or delete the files they are given, and which take
+//! subcommands. The security team extends it like the policies; a folder
+//! without it gets [`Programs::default`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+/// The file's name in the policy folder.
+pub const PROGRAMS_FILE: &str = "programs.toml";
+
+/// What happens to a file a program is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    /// `fs.read`.
+    Read,
+    /// `fs.write`.
+    Write,
+    /// `fs.delete`.
+    Delete,
+}
+
+impl Effect {
+    /// The Cedar action id.
+    pub fn action(self) -> &'static str {
+        match self {
+            Effect::Read => "fs.read",
+            Effect::Write => "fs.write",
+            Effect::Delete => "fs.delete",
+        }
+    }
+}
+
+/// Which of a program's operands (the arguments that are not options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Operands {
+    /// Every operand.
+    All,
+    /// The last one.
+    Last,
+    /// Every one but the last.
+    AllButLast,
+}
+
+impl Operands {
+    /// Whether operand `index` of `count` is meant.
+    pub fn covers(self, index: usize, count: usize) -> bool {
+        match self {
+            Operands::All => true,
+            Operands::Last => index + 1 == count,
+            Operands::AllButLast => index + 1 < count,
+        }
+    }
+}
+
+/// The options of a program that take a value (`-u root`, `-uroot`,
+/// `--user=root`).
+pub type Options = BTreeSet<String>;
+
+/// A program that runs another command: `sudo`, `env`, `timeout`, `xargs`…
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Wrapper {
+    /// Its own options that take a value.
+    #[serde(default)]
+    pub options_with_value: Options,
+    /// `NAME=value` words before the command (as `env` takes).
+    #[serde(default)]
+    pub assignments: bool,
+    /// Operands of its own before the command (`timeout 5 cmd`: 1).
+    #[serde(default)]
+    pub operands: usize,
+    /// The command it runs when none is given (`xargs`: `echo`).
+    #[serde(default)]
+    pub default: Vec<String>,
+    /// It adds arguments the monitor cannot see (`xargs`): the command's
+    /// file operands are then unknown.
+    #[serde(default)]
+    pub adds_arguments: bool,
+}
+
+/// The files a program reads, writes or deletes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileArgs {
+    /// Its options that take a value.
+    #[serde(default)]
+    pub options_with_value: Options,
+    /// Operands read.
+    pub reads: Option<Operands>,
+    /// Operands written.
+    pub writes: Option<Operands>,
+    /// Operands deleted.
+    pub deletes: Option<Operands>,
+    /// Leading operands that are not files (`grep PATTERN FILE…`: 1).
+    #[serde(default)]
+    pub skip: usize,
+    /// Options that take the place of the skipped operands (`grep -e
+    /// PATTERN`): with one of them given, no operand is skipped.
+    #[serde(default)]
+    pub skip_unless: BTreeSet<String>,
+    /// Options whose value is a file (`sort -o FILE`: write).
+    #[serde(default)]
+    pub option_files: BTreeMap<String, Effect>,
+    /// `NAME=FILE` operands (`dd if=… of=…`).
+    #[serde(default)]
+    pub assignment_files: BTreeMap<String, Effect>,
+    /// Options that make the read operands written too (`sed -i`).
+    #[serde(default)]
+    pub in_place: BTreeSet<String>,
+}
+
+/// A program whose first operand is a subcommand (`git push`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subcommands {
+    /// The options before the subcommand that take a value.
+    #[serde(default)]
+    pub options_with_value: Options,
+    /// The subcommands the monitor knows; any other (an alias, a plugin)
+    /// may do anything, so it is opaque.
+    #[serde(default)]
+    pub known: BTreeSet<String>,
+    /// Per subcommand, its long options: an unambiguous prefix (`--forc`,
+    /// which the program accepts) is shown to policies as the whole option.
+    #[serde(default)]
+    pub long_options: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The table, as `programs.toml` holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Programs {
+    /// Directories of system programs: a program run by a path in one of
+    /// them is `Program::"<name>"`; by any other path, `Program::"<path>"`.
+    #[serde(default = "default_system_dirs")]
+    pub system_dirs: BTreeSet<String>,
+    /// Shells whose `-c` script is read (`sh -c`, `bash -lc`…).
+    #[serde(default = "default_shells")]
+    pub shells: BTreeSet<String>,
+    /// The folder `~` stands for, `{user}` the request's user (`~bob`: bob's).
+    /// Without it, `~` cannot be seen into.
+    #[serde(default)]
+    pub home: Option<String>,
+    /// The most parts one request may have (more is invalid input).
+    #[serde(default = "default_max_parts")]
+    pub max_parts: usize,
+    /// Programs that run another command.
+    #[serde(default)]
+    pub wrappers: BTreeMap<String, Wrapper>,
+    /// Programs' file arguments.
+    #[serde(default)]
+    pub files: BTreeMap<String, FileArgs>,
+    /// Programs with subcommands.
+    #[serde(default)]
+    pub subcommands: BTreeMap<String, Subcommands>,
+}
+
+fn default_system_dirs() -> BTreeSet<String> {
+    ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"].map(String::from).into()
+}
+
+fn default_shells() -> BTreeSet<String> {
+    ["sh", "bash", "dash", "zsh"].map(String::from).into()
+}
+
+fn default_max_parts() -> usize {
+    64
+}
+
+impl Default for Programs {
+    /// A policy folder without `programs.toml`: the usual system program
+    /// directories and shells, no wrappers or file arguments.
+    fn default() -> Self {
+        Self {
+            system_dirs: default_system_dirs(),
+            shells: default_shells(),
+            home: None,
+            max_parts: default_max_parts(),
+            wrappers: BTreeMap::new(),
+            files: BTreeMap::new(),
+            subcommands: BTreeMap::new(),
+        }
+    }
+}
+
+impl Programs {
+    /// Reads `programs.toml`; the message names the key that is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let programs: Programs = toml::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(dir) = programs.system_dirs.iter().find(|d| !d.starts_with('/')) {
+            return Err(format!("system_dirs: `{dir}` is not an absolute path"));
+        }
+        if programs.max_parts == 0 {
+            return Err("max_parts: must be at least 1".into());
+        }
+        Ok(programs)
+    }
+
+    /// The program's identity for policies: `name` when it was run by name
+    /// or from a system program directory, else the absolute `path` it was
+    /// run by (`./ls` in a workspace is not `ls`).
+    pub fn identity(&self, name: &str, path: &str) -> String {
+        if path.is_empty() {
+            return name.to_owned();
+        }
+        let dir = match path.rfind('/') {
+            Some(0) => "/",
+            Some(i) => path.get(..i).unwrap_or(path),
+            None => "",
+        };
+        if self.system_dirs.contains(dir) { name.to_owned() } else { path.to_owned() }
+    }
+
+    /// The home folder of `user`, when configured.
+    pub fn home_of(&self, user: &str) -> Option<String> {
+        self.home.as_ref().map(|h| h.replace("{user}", user))
+    }
+}
+
+/// The option and its value when `arg` holds both: `--user=root`, or
+/// `-uroot` for a short option of `with_value`.
+pub fn attached<'a>(with_value: &Options, arg: &'a str) -> Option<(&'a str, &'a str)> {
+    if let Some((name, value)) = arg.split_once('=')
+        && name.starts_with("--")
+    {
+        return Some((name, value));
+    }
+    if arg.len() > 2 && arg.starts_with('-') && !arg.starts_with("--") && arg.is_char_boundary(2) {
+        let (name, value) = arg.split_at(2);
+        if with_value.contains(name) {
+            return Some((name, value));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_follows_the_system_directories() {
+        let programs = Programs::default();
+        assert_eq!(programs.identity("git", ""), "git");
+        assert_eq!(programs.identity("git", "/usr/bin/git"), "git");
+        assert_eq!(programs.identity("ls", "/home/alice/project/ls"), "/home/alice/project/ls");
+        assert_eq!(programs.identity("ls", "/usr/bin/x/ls"), "/usr/bin/x/ls");
+    }
+
+    #[test]
+    fn the_table_names_what_is_wrong() {
+        assert!(Programs::parse("system_dirs = [\"bin\"]").unwrap_err().contains("system_dirs"));
+        assert!(Programs::parse("[files.cat]\nreads = \"some\"").unwrap_err().contains("reads"));
+        assert!(Programs::parse("[wrappers.sudo]\nnope = 1").unwrap_err().contains("nope"));
+        let parsed = Programs::parse("home = \"/home/{user}\"\n[files.cat]\nreads = \"all\"").unwrap();
+        assert_eq!(parsed.home_of("bob").as_deref(), Some("/home/bob"));
+        assert_eq!(parsed.files.get("cat").and_then(|f| f.reads), Some(Operands::All));
+    }
+}
