@@ -44,6 +44,22 @@ pub struct Part {
 }
 
 impl Part {
+    /// The part in one line, for tests and corpora: `exec cat a`,
+    /// `fs.read /w/a`, with ` opaque` or ` pattern` after it when set.
+    pub fn summary(&self) -> String {
+        let target = match &self.resource {
+            ResourceInput::Command { argv, .. } => quote_argv(argv),
+            ResourceInput::File { path, .. } => path.clone(),
+            other => format!("{other:?}"),
+        };
+        let flag = match (self.opaque, self.pattern) {
+            (true, _) => " opaque",
+            (_, true) => " pattern",
+            _ => "",
+        };
+        format!("{} {target}{flag}", self.action)
+    }
+
     /// The part as people read it: `cat /x (exec)`, `/x (fs.read)`.
     pub fn shown(&self) -> String {
         let what = match &self.resource {

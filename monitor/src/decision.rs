@@ -251,7 +251,9 @@ fn is_itself(parts: &[(Part, NormalizedRequest)], request: &NormalizedRequest) -
 /// the reasons of the parts that decided, each naming its part.
 fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
     let count = decided.len();
-    let name = |i: usize, part: &Part| format!("part {} of {count}, {}", i + 1, part.shown());
+    let name = |i: usize, part: &Part| {
+        if count == 1 { part.shown() } else { format!("part {} of {count}, {}", i + 1, part.shown()) }
+    };
     let lines: Vec<String> = decided
         .iter()
         .enumerate()
@@ -297,6 +299,8 @@ fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
             }
         }
         approvers.sort();
+        policy_ids.sort();
+        permit_ids.sort();
         return Evaluation {
             outcome: Outcome::Pending,
             policy_ids,
@@ -314,6 +318,9 @@ fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
         add(&mut grant_ids, &e.grant_ids);
         add(&mut labels, &e.labels);
     }
+    policy_ids.sort();
+    grant_ids.sort();
+    labels.sort();
     Evaluation { outcome: Outcome::Allow, policy_ids, reasons, approval: None, grant_ids, labels, parts: lines }
 }
 
@@ -1089,8 +1096,10 @@ fn request_entities(
 fn resource_shape(resource: &Resource) -> (Vec<&str>, HashMap<String, RestrictedExpression>) {
     let s = |v: &str| RestrictedExpression::new_string(v.to_owned());
     match resource {
+        // A path may name a folder (`grep -r src`, `find .`): what is read
+        // there is in that folder, so the file is also in `Dir::"<path>"`.
         Resource::File { path, name, extension, dirs, pattern } => (
-            dirs.iter().map(String::as_str).collect(),
+            std::iter::once(path.as_str()).filter(|p| *p != "/").chain(dirs.iter().map(String::as_str)).collect(),
             HashMap::from([
                 ("path".to_owned(), s(path)),
                 ("name".to_owned(), s(name)),

@@ -159,6 +159,14 @@ pub struct Case {
     /// For INVALID_ARGUMENT: the field named.
     #[serde(default)]
     pub field: Option<String>,
+    /// For ALLOW: exactly these labels the session gains, sorted.
+    #[serde(default)]
+    pub labels_gained: Option<Vec<String>>,
+    /// For a command: exactly these parts, in order, as
+    /// [`crate::command::Part::summary`] writes them (`exec cat a`,
+    /// `fs.read /w/a`, `exec eval x opaque`, `fs.read /w/*.rs pattern`).
+    #[serde(default)]
+    pub parts: Option<Vec<String>>,
 }
 
 /// What happened to one case.
@@ -289,7 +297,21 @@ pub fn check_case(
         grants: book.for_user(&case.actor.user),
         ..SessionFacts::default()
     };
-    let decided = normalize(&input).and_then(|request| decide(snapshot, &request, &facts, now, config));
+    let normalized = normalize(&input);
+    if let (Some(want), Ok(request)) = (&case.parts, &normalized) {
+        let request = crate::decision::identified(snapshot, request);
+        match crate::decision::command_parts(snapshot, &request) {
+            Ok(Some(parts)) => {
+                let got: Vec<String> = parts.iter().map(|(part, _)| part.summary()).collect();
+                if &got != want {
+                    failures.push(format!("expected parts {want:?}, got {got:?}"));
+                }
+            }
+            Ok(None) => failures.push("expected parts, but the request is not a command".into()),
+            Err(e) => failures.push(format!("expected parts, got {e}")),
+        }
+    }
+    let decided = normalized.and_then(|request| decide(snapshot, &request, &facts, now, config));
     let evaluation = match decided {
         Err(invalid) => {
             let actual = format!("INVALID_ARGUMENT {invalid}");
@@ -342,6 +364,11 @@ pub fn check_case(
             failures.push(format!("expected approvers {approvers:?}, got {got:?}"));
         }
     }
+    if let Some(labels) = &case.labels_gained
+        && labels != &evaluation.labels
+    {
+        failures.push(format!("expected labels {labels:?}, got {:?}", evaluation.labels));
+    }
     if let Some(timeout) = &case.timeout {
         match parse_duration(timeout) {
             Ok(want) => {
@@ -362,11 +389,16 @@ mod tests {
 
     /// Runs every suite in `<dir>/tests` against `dir`; panics listing failures.
     fn run_folder(dir: &Path) -> usize {
-        let snapshot = PolicySnapshot::load(dir).unwrap_or_else(|e| panic!("{e}"));
+        run_suites(dir, &dir.join("tests"))
+    }
+
+    /// Runs every suite in `suites` against the policy folder `policies`.
+    fn run_suites(policies: &Path, suites: &Path) -> usize {
+        let snapshot = PolicySnapshot::load(policies).unwrap_or_else(|e| panic!("{e}"));
         let config = DecisionConfig::default();
         let mut failed = Vec::new();
         let mut count = 0;
-        for (path, suite) in load_suites(&dir.join("tests")).unwrap_or_else(|e| panic!("{e}")) {
+        for (path, suite) in load_suites(suites).unwrap_or_else(|e| panic!("{e}")) {
             for result in run_suite(&snapshot, &suite, &config) {
                 count += 1;
                 if !result.passed() {
@@ -402,6 +434,15 @@ mod tests {
             .collect();
         let missing: Vec<&String> = snapshot.meta.values().map(|m| &m.id).filter(|id| !covered.contains(*id)).collect();
         assert!(missing.is_empty(), "no case expects these policies: {missing:?}");
+    }
+
+    /// Real-world agent commands, their parts and their outcomes under the
+    /// bundled policies (`monitor/testdata/commands`).
+    #[test]
+    fn the_command_corpus_passes() {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let count = run_suites(&manifest.join("../policies"), &manifest.join("testdata/commands"));
+        assert!(count >= 150, "only {count} commands in the corpus");
     }
 
     #[test]
