@@ -81,7 +81,7 @@ impl Part {
 /// `user`. Err: more parts than `programs.max_parts` (invalid input, not a
 /// truncation).
 pub fn parts(argv: &[String], cwd: &str, user: &str, programs: &Programs) -> Result<Vec<Part>, InvalidInput> {
-    let mut expander = Expander { programs, user, parts: Vec::new(), functions: HashSet::new() };
+    let mut expander = Expander { programs, user, parts: Vec::new(), functions: HashSet::new(), source: Vec::new() };
     let words: Vec<Word> = argv.iter().map(|a| Word::literal(a)).collect();
     let mut cwd = Cwd::of(cwd);
     expander.command(&words, &mut cwd, 0, false, false);
@@ -152,6 +152,8 @@ struct Expander<'a> {
     /// Functions the script defines (their bodies are walked where they
     /// are defined; calling one runs nothing else).
     functions: HashSet<String>,
+    /// The text of the script being walked (source positions index it).
+    source: Vec<char>,
 }
 
 /// Shell builtins with no effect outside the shell (their redirections are
@@ -395,9 +397,11 @@ impl Expander<'_> {
         });
         match parsed {
             Ok(Ok(program)) => {
+                let outer = std::mem::replace(&mut self.source, text.chars().collect());
                 for list in &program.complete_commands {
                     self.list(list, cwd, depth);
                 }
+                self.source = outer;
                 true
             }
             _ => false,
@@ -467,7 +471,21 @@ impl Expander<'_> {
 
     fn compound(&mut self, compound: &ast::CompoundCommand, cwd: &mut Cwd, depth: usize) {
         match compound {
-            ast::CompoundCommand::Arithmetic(arithmetic) => self.arithmetic(&arithmetic.expr.value, cwd),
+            ast::CompoundCommand::Arithmetic(arithmetic) => {
+                // The parser reads `( ( ls ) )` as `((ls))`; bash runs ls in
+                // two subshells there. Only `((` written together is
+                // arithmetic; otherwise what is inside is a script.
+                let at = arithmetic.loc.start.index;
+                let written: String = self.source.iter().skip(at).take(2).collect();
+                if written == "((" {
+                    self.arithmetic(&arithmetic.expr.value, cwd);
+                } else {
+                    let mut inner = cwd.clone();
+                    if !self.script(&arithmetic.expr.value, &mut inner, depth + 1) {
+                        self.exec(&[Word::literal("("), Word::literal(&arithmetic.expr.value)], cwd, true);
+                    }
+                }
+            }
             ast::CompoundCommand::ArithmeticForClause(clause) => {
                 for expr in [&clause.initializer, &clause.condition, &clause.updater].into_iter().flatten() {
                     self.arithmetic(&expr.value, cwd);
@@ -532,9 +550,10 @@ impl Expander<'_> {
         }
     }
 
-    /// An arithmetic expression runs only what it substitutes.
+    /// An arithmetic expression runs only what it substitutes; one that
+    /// could be read as commands instead (`;`) is not seen into either.
     fn arithmetic(&mut self, expr: &str, cwd: &Cwd) {
-        if expr.contains("$(") || expr.contains('`') {
+        if expr.contains("$(") || expr.contains('`') || expr.contains(';') {
             self.exec(&[Word::literal("(("), Word::literal(expr)], cwd, true);
         }
     }
@@ -705,7 +724,11 @@ impl Expander<'_> {
                         }
                     }
                 }
-                WordPiece::ParameterExpansion(_) | WordPiece::ArithmeticExpression(_) => out.dynamic = true,
+                WordPiece::ParameterExpansion(_) => out.dynamic = true,
+                WordPiece::ArithmeticExpression(expr) => {
+                    out.dynamic = true;
+                    self.arithmetic(&expr.value, cwd);
+                }
                 WordPiece::CommandSubstitution(script) | WordPiece::BackquotedCommandSubstitution(script) => {
                     out.dynamic = true;
                     let mut inner = cwd.clone();
@@ -1074,6 +1097,10 @@ mod tests {
         assert_eq!(bash("if [ -f a ]; then rm a; fi"), ["exec rm a", "fs.delete /home/alice/project/a"]);
         assert_eq!(bash("f() { rm -rf b; }; f"), ["exec rm -rf b", "fs.delete /home/alice/project/b"]);
         assert_eq!(bash("((("), ["exec! bash -c '((('"]);
+        // brush-parser reads nested subshells as arithmetic; bash does not.
+        assert_eq!(bash("( ( rm z ) )"), ["exec rm z", "fs.delete /home/alice/project/z"]);
+        assert_eq!(bash("(( n += 1 ))"), Vec::<String>::new());
+        assert_eq!(bash("(( $(rm z) ))"), ["exec! '((' '$(rm z)'"]);
     }
 
     #[test]

@@ -136,7 +136,15 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         );
     }
     init_logging(settings.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    // Cedar bounds an evaluation's depth by the stack it has left: with
+    // tokio's 2 MiB threads a long `||` chain that `wardenctl policy test`
+    // (on an 8 MiB main thread) evaluates fine would deny here with
+    // "recursion limit reached". Same stack, same answer.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(8 << 20)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
     runtime.block_on(serve(settings, tls, flags.socket))
 }
 

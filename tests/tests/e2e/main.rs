@@ -7,6 +7,7 @@
 mod approvals;
 mod audit;
 mod authentication;
+mod commands;
 mod decisions;
 mod grants;
 mod invalid_input;
