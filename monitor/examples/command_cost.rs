@@ -63,16 +63,19 @@ fn main() {
     let (base, base99, _) = decide_cost(&snapshot, single, iterations);
     println!("| `git status` | 1 | {base:?} | {base99:?} | 1.00 |");
     let cases: [(&str, &[&str]); 3] = [
-        ("bash -c 'git log | grep fix | sort | uniq -c | head -5'", &["bash", "-c", "git log | grep fix | sort | uniq -c | head -5"]),
-        ("bash -c 'cd src && cat main.rs | grep fn | wc -l'", &["bash", "-c", "cd src && cat main.rs | grep fn | wc -l"]),
+        (
+            "bash -c 'git log | grep fix | sort | uniq -c | head -5'",
+            &["bash", "-c", "git log | grep fix | sort | uniq -c | head -5"],
+        ),
+        (
+            "bash -c 'cd src && cat main.rs | grep fn | wc -l'",
+            &["bash", "-c", "cd src && cat main.rs | grep fn | wc -l"],
+        ),
         ("sudo timeout 5 cat a b c (wrappers, files)", &["sudo", "timeout", "5", "cat", "a", "b"]),
     ];
     for (name, argv) in cases {
         let (p50, p99, count) = decide_cost(&snapshot, argv, iterations);
-        println!(
-            "| `{name}` | {count} | {p50:?} | {p99:?} | {:.2} |",
-            p50.as_secs_f64() / base.as_secs_f64()
-        );
+        println!("| `{name}` | {count} | {p50:?} | {p99:?} | {:.2} |", p50.as_secs_f64() / base.as_secs_f64());
     }
 
     println!();

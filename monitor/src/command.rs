@@ -99,30 +99,69 @@ pub fn parts(argv: &[String], cwd: &str, user: &str, programs: &Programs) -> Res
 enum Cwd {
     /// An absolute folder, or empty when the harness sent none.
     Known(String),
+    /// One of these, depending on what ran before (`cd x; cat y`: `cd`
+    /// may have failed).
+    Either(Vec<String>),
     /// After a `cd` the monitor cannot follow.
     Unknown,
 }
+
+/// How many folders a command may be in before the monitor stops
+/// following them.
+const MAX_CWDS: usize = 4;
 
 impl Cwd {
     fn of(cwd: &str) -> Self {
         Cwd::Known(cwd.to_owned())
     }
 
-    /// `path` made absolute, when it can be.
-    fn resolve(&self, path: &str) -> Option<String> {
-        if path.starts_with('/') {
-            return Some(clean_path(path));
-        }
+    fn candidates(&self) -> Option<Vec<&str>> {
         match self {
-            Cwd::Known(cwd) if cwd.starts_with('/') => Some(clean_path(&format!("{cwd}/{path}"))),
+            Cwd::Known(cwd) => Some(vec![cwd.as_str()]),
+            Cwd::Either(cwds) => Some(cwds.iter().map(String::as_str).collect()),
+            Cwd::Unknown => None,
+        }
+    }
+
+    /// `path` made absolute in every folder the command may be in; empty
+    /// when that cannot be known.
+    fn resolve_all(&self, path: &str) -> Vec<String> {
+        if path.starts_with('/') {
+            return vec![clean_path(path)];
+        }
+        match self.candidates() {
+            Some(cwds) if cwds.iter().all(|c| c.starts_with('/')) => {
+                let mut out: Vec<String> = cwds.iter().map(|c| clean_path(&format!("{c}/{path}"))).collect();
+                out.dedup();
+                out
+            }
+            _ => vec![],
+        }
+    }
+
+    /// `path` made absolute, when exactly one folder is possible.
+    fn resolve(&self, path: &str) -> Option<String> {
+        match self.resolve_all(path).as_slice() {
+            [one] => Some(one.clone()),
             _ => None,
+        }
+    }
+
+    fn from_all(mut all: Vec<String>) -> Self {
+        all.sort();
+        all.dedup();
+        match all.len() {
+            0 => Cwd::Unknown,
+            1 => Cwd::Known(all.pop().unwrap_or_default()),
+            n if n <= MAX_CWDS => Cwd::Either(all),
+            _ => Cwd::Unknown,
         }
     }
 
     fn as_str(&self) -> &str {
         match self {
             Cwd::Known(cwd) => cwd,
-            Cwd::Unknown => "",
+            Cwd::Either(_) | Cwd::Unknown => "",
         }
     }
 }
@@ -232,10 +271,10 @@ impl Expander<'_> {
         if word.text == "-" || is_device(&word.text) {
             return;
         }
-        let path = match (&word.dynamic, cwd.resolve(&word.text)) {
-            (false, Some(path)) => path,
+        let paths = if word.dynamic { vec![] } else { cwd.resolve_all(&word.text) };
+        if paths.is_empty() {
             // A file the monitor cannot name: the command is opaque.
-            _ => {
+            {
                 match exec_part {
                     Some(index) => self.mark_opaque(index),
                     None => {
@@ -250,13 +289,15 @@ impl Expander<'_> {
                 }
                 return;
             }
-        };
-        self.push(Part {
-            action: effect.action().into(),
-            resource: ResourceInput::File { path, cwd: String::new() },
-            opaque: false,
-            pattern: word.glob,
-        });
+        }
+        for path in paths {
+            self.push(Part {
+                action: effect.action().into(),
+                resource: ResourceInput::File { path, cwd: String::new() },
+                opaque: false,
+                pattern: word.glob,
+            });
+        }
     }
 
     /// One simple command, as words. `from_shell`: it came from a script
@@ -280,20 +321,19 @@ impl Expander<'_> {
         let args = words.get(1..).unwrap_or_default();
         if from_shell && path.is_empty() {
             if self.functions.contains(&name) {
+                // Its body was read where it was defined; it may `cd`.
+                *cwd = Cwd::Unknown;
                 return;
             }
             match name.as_str() {
                 "cd" | "pushd" | "popd" => {
                     *cwd = match args.iter().find(|w| !w.text.starts_with('-')) {
-                        Some(dir) if !dir.dynamic && !dir.glob => match cwd.resolve(&dir.text) {
-                            Some(dir) => Cwd::Known(dir),
-                            None => Cwd::Unknown,
-                        },
+                        Some(dir) if !dir.dynamic && !dir.glob => Cwd::from_all(cwd.resolve_all(&dir.text)),
                         _ => Cwd::Unknown,
                     };
                     return;
                 }
-                "exec" | "builtin" | "nohup" => {
+                "exec" | "builtin" => {
                     let rest = skip_options(args, &["-a"].map(String::from).into());
                     self.command(rest, cwd, depth + 1, true, extra_args);
                     return;
@@ -304,6 +344,18 @@ impl Expander<'_> {
                     }
                     let rest = skip_options(args, &Default::default());
                     self.command(rest, cwd, depth + 1, true, extra_args);
+                    return;
+                }
+                "export" | "declare" | "typeset" | "local" | "readonly" => {
+                    // `export PATH=…` changes what later commands run.
+                    if let Some(variable) = args
+                        .iter()
+                        .filter_map(|w| w.text.split_once('=').map(|(n, _)| n.to_owned()))
+                        .find(|n| self.programs.opaque_variable(n))
+                    {
+                        let at = self.parts.len();
+                        self.opaque_from(at, &variable, words, cwd);
+                    }
                     return;
                 }
                 quiet if QUIET_BUILTINS.contains(&quiet) => return,
@@ -329,19 +381,49 @@ impl Expander<'_> {
             let mut rest = skip_options(args, &wrapper.options_with_value);
             if wrapper.assignments {
                 let skip = rest.iter().take_while(|w| is_assignment(&w.text)).count();
+                let assigned = rest.get(..skip).unwrap_or_default();
+                if assigned
+                    .iter()
+                    .any(|w| w.text.split_once('=').is_some_and(|(n, _)| self.programs.opaque_variable(n)))
+                {
+                    self.mark_opaque(index);
+                }
                 rest = rest.get(skip..).unwrap_or_default();
             }
             rest = rest.get(wrapper.operands.min(rest.len())..).unwrap_or_default();
             let default: Vec<Word> = wrapper.default.iter().map(|a| Word::literal(a)).collect();
             let run = if rest.is_empty() { default.as_slice() } else { rest };
-            let mut inner = cwd.clone();
-            self.command(run, &mut inner, depth + 1, false, extra_args || wrapper.adds_arguments);
+            let values = option_values(args, &wrapper.options_with_value);
+            // `env -C DIR`, `sudo -D DIR`: the command runs there.
+            let mut inner = match values.iter().rev().find(|(option, _)| wrapper.chdir_options.contains(*option)) {
+                Some((_, dir)) if !dir.dynamic && !dir.glob => Cwd::from_all(cwd.resolve_all(&dir.text)),
+                Some(_) => Cwd::Unknown,
+                None => cwd.clone(),
+            };
+            // `xargs -I {} cat {}`: what stands in for the input is unknown.
+            let replaced: Vec<&str> = values
+                .iter()
+                .filter(|(option, _)| wrapper.replace_options.contains(*option))
+                .map(|(_, value)| value.text.as_str())
+                .filter(|value| !value.is_empty())
+                .collect();
+            let run: Vec<Word> = run
+                .iter()
+                .map(|w| {
+                    if replaced.iter().any(|r| w.text.contains(r)) {
+                        Word { dynamic: true, ..w.clone() }
+                    } else {
+                        w.clone()
+                    }
+                })
+                .collect();
+            self.command(&run, &mut inner, depth + 1, false, extra_args || wrapper.adds_arguments);
         }
         if name == "find" {
             self.find(args, cwd, depth, index);
         }
         if let Some(sub) = self.programs.subcommands.get(&name) {
-            self.subcommand(&name, sub, args, index);
+            self.subcommand(sub, args, index);
         }
         if let Some(files) = self.programs.files.get(&name).cloned() {
             self.file_args(&files, args, cwd, index);
@@ -364,6 +446,10 @@ impl Expander<'_> {
                 (text.starts_with('-') || text.starts_with('+')) && text.len() > 1 && !text.starts_with("--");
             if is_flags && text.contains('c') {
                 script = iter.next();
+                // `bash -c -- SCRIPT`: `--` ends the options.
+                if script.is_some_and(|w| w.text == "--") {
+                    script = iter.next();
+                }
                 break;
             }
             if is_flags || text.starts_with("--") {
@@ -408,16 +494,42 @@ impl Expander<'_> {
         }
     }
 
+    /// A list: after `a && b`, `b` runs where `a` left it on success; after
+    /// `a || b`, where `a` left it on failure; after `a; b`, either. Only
+    /// `cd` leaves two: its folder on success, the one before on failure.
     fn list(&mut self, list: &ast::CompoundList, cwd: &mut Cwd, depth: usize) {
         for item in &list.0 {
             let and_or = &item.0;
-            self.pipeline(&and_or.first, cwd, depth);
+            let (mut ok, mut failed) = self.pipeline_outcome(&and_or.first, cwd.clone(), depth);
             for next in &and_or.additional {
                 match next {
-                    ast::AndOr::And(p) | ast::AndOr::Or(p) => self.pipeline(p, cwd, depth),
+                    ast::AndOr::And(p) => {
+                        let (o, f) = self.pipeline_outcome(p, ok.clone(), depth);
+                        failed = merge(&failed, &f);
+                        ok = o;
+                    }
+                    ast::AndOr::Or(p) => {
+                        let (o, f) = self.pipeline_outcome(p, failed.clone(), depth);
+                        ok = merge(&ok, &o);
+                        failed = f;
+                    }
                 }
             }
+            *cwd = merge(&ok, &failed);
         }
+    }
+
+    /// Where a pipeline leaves the folder when it succeeds and when it fails.
+    fn pipeline_outcome(&mut self, pipeline: &ast::Pipeline, mut cwd: Cwd, depth: usize) -> (Cwd, Cwd) {
+        let before = cwd.clone();
+        self.pipeline(pipeline, &mut cwd, depth);
+        let is_cd = match pipeline.seq.as_slice() {
+            [ast::Command::Simple(simple)] => {
+                simple.word_or_name.as_ref().is_some_and(|w| matches!(w.value.as_str(), "cd" | "pushd" | "popd"))
+            }
+            _ => false,
+        };
+        if is_cd && !pipeline.bang { (cwd, before) } else { (cwd.clone(), cwd) }
     }
 
     fn pipeline(&mut self, pipeline: &ast::Pipeline, cwd: &mut Cwd, depth: usize) {
@@ -447,7 +559,9 @@ impl Expander<'_> {
             }
             ast::Command::Function(function) => {
                 self.functions.insert(function.fname.value.clone());
-                let mut inner = cwd.clone();
+                // It runs wherever it is called from: relative paths in it
+                // cannot be named.
+                let mut inner = Cwd::Unknown;
                 self.compound(&function.body.0, &mut inner, depth);
                 if let Some(redirects) = &function.body.1 {
                     for redirect in &redirects.0 {
@@ -574,7 +688,40 @@ impl Expander<'_> {
         for redirect in redirects {
             self.redirect(redirect, &mut cwd.clone(), depth);
         }
+        // `PATH=.:$PATH ls`, `GIT_CONFIG_COUNT=1 … git log`: a variable that
+        // changes what a command runs makes it opaque.
+        let assigned: Vec<String> = simple
+            .prefix
+            .iter()
+            .flat_map(|p| p.0.iter())
+            .filter_map(|item| match item {
+                ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, _) => match &assignment.name {
+                    ast::AssignmentName::VariableName(name) | ast::AssignmentName::ArrayElementName(name, _) => {
+                        Some(name.clone())
+                    }
+                },
+                _ => None,
+            })
+            .collect();
+        let before = self.parts.len();
         self.command(&words, cwd, depth, true, false);
+        if let Some(variable) = assigned.iter().find(|name| self.programs.opaque_variable(name)) {
+            self.opaque_from(before, variable, &words, cwd);
+        }
+    }
+
+    /// Marks what a command added from `before` on as opaque, because of
+    /// `variable`; a command that added nothing (an assignment alone, a
+    /// builtin) becomes an opaque part of its own.
+    fn opaque_from(&mut self, before: usize, variable: &str, words: &[Word], cwd: &Cwd) {
+        match self.parts.get_mut(before) {
+            Some(part) if part.action == "exec" => part.opaque = true,
+            _ => {
+                let mut shown = vec![Word::literal(&format!("{variable}=…"))];
+                shown.extend(words.iter().cloned());
+                self.exec(&shown, cwd, true);
+            }
+        }
     }
 
     /// One word, assignment, redirection or process substitution of a
@@ -703,7 +850,15 @@ impl Expander<'_> {
                     }
                     out.text.push_str(text);
                 }
-                WordPiece::SingleQuotedText(text) | WordPiece::AnsiCQuotedText(text) => out.text.push_str(text),
+                WordPiece::SingleQuotedText(text) => out.text.push_str(text),
+                // `$'\x6dain'` is `main` to bash: decoded, or not seen into.
+                WordPiece::AnsiCQuotedText(text) => match decode_ansi_c(text) {
+                    Some(decoded) => out.text.push_str(&decoded),
+                    None => {
+                        out.dynamic = true;
+                        out.text.push_str(text);
+                    }
+                },
                 WordPiece::EscapeSequence(text) => out.text.push_str(text.strip_prefix('\\').unwrap_or(text)),
                 WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
                     let inner = self.pieces(inner, cwd, depth, true);
@@ -745,6 +900,17 @@ impl Expander<'_> {
     /// `-exec`/`-execdir`/`-ok`/`-okdir` command is a part whose `{}` is
     /// the pattern of files found; `-delete` deletes them.
     fn find(&mut self, args: &[Word], cwd: &mut Cwd, depth: usize, index: usize) {
+        // `-H`, `-L`, `-P`, `-D opts`, `-O3` come before the starting folders.
+        let mut at = 0;
+        while let Some(arg) = args.get(at) {
+            match arg.text.as_str() {
+                "-H" | "-L" | "-P" => at += 1,
+                "-D" => at += 2,
+                text if text.starts_with("-O") => at += 1,
+                _ => break,
+            }
+        }
+        let args = args.get(at.min(args.len())..).unwrap_or_default();
         let starts: Vec<&Word> =
             args.iter().take_while(|w| !w.text.starts_with('-') && w.text != "(" && w.text != "!").collect();
         let default_start = Word::literal(".");
@@ -765,6 +931,14 @@ impl Expander<'_> {
                 glob: true,
             })
             .collect();
+        // `-fprint FILE` and its kin write a file.
+        for pair in args.windows(2) {
+            if let [option, file] = pair
+                && ["-fprint", "-fprint0", "-fprintf", "-fls"].contains(&option.text.as_str())
+            {
+                self.file(Effect::Write, file, cwd, Some(index));
+            }
+        }
         let mut rest = args;
         while let Some(at) =
             rest.iter().position(|w| ["-exec", "-execdir", "-ok", "-okdir", "-delete"].contains(&w.text.as_str()))
@@ -792,7 +966,7 @@ impl Expander<'_> {
 
     /// A program with subcommands: an unknown one (an alias, a plugin) is
     /// opaque; long options given as prefixes are shown whole.
-    fn subcommand(&mut self, _name: &str, table: &crate::programs::Subcommands, args: &[Word], index: usize) {
+    fn subcommand(&mut self, table: &crate::programs::Subcommands, args: &[Word], index: usize) {
         let mut at = 0;
         while let Some(arg) = args.get(at) {
             if !arg.text.starts_with('-') {
@@ -805,29 +979,84 @@ impl Expander<'_> {
             self.mark_opaque(index);
             return;
         }
-        let Some(long) = table.long_options.get(&sub.text) else { return };
+        let long = table.long_options.get(&sub.text);
+        let flags = table.short_flags.get(&sub.text);
+        let with_value = table.options_with_value_of.get(&sub.text);
+        let defaults = table.default_operands.get(&sub.text);
+        let exact = table.exact.contains(&sub.text);
+        if long.is_none() && flags.is_none() && defaults.is_none() && !exact {
+            return;
+        }
+        // The subcommand's arguments as the program reads them: long
+        // options whole, short clusters one by one, the operands it assumes.
+        let mut shown: Vec<String> = Vec::new();
+        let mut operands = 0;
+        let mut opaque = false;
+        let mut rest = args.get(at + 1..).unwrap_or_default().iter();
+        let mut options_done = false;
+        while let Some(arg) = rest.next() {
+            opaque |= exact && arg.dynamic;
+            let text = arg.text.as_str();
+            if options_done || !text.starts_with('-') || text == "-" {
+                operands += 1;
+                shown.push(text.to_owned());
+                continue;
+            }
+            if text == "--" {
+                options_done = true;
+                shown.push(text.to_owned());
+                continue;
+            }
+            if let Some(long) = long.filter(|_| text.starts_with("--")) {
+                let (option, value) = match text.split_once('=') {
+                    Some((option, value)) => (option, Some(value)),
+                    None => (text, None),
+                };
+                let mut matches = long.iter().filter(|full| full.starts_with(option));
+                let full = match (long.contains(option), matches.next(), matches.next()) {
+                    (true, _, _) => option.to_owned(),
+                    (false, Some(full), None) => full.clone(),
+                    _ => option.to_owned(),
+                };
+                if value.is_none() && with_value.is_some_and(|w| w.contains(&full)) {
+                    let value = rest.next();
+                    opaque |= exact && value.is_some_and(|v| v.dynamic);
+                    shown.push(full);
+                    shown.extend(value.map(|v| v.text.clone()));
+                    continue;
+                }
+                shown.push(match value {
+                    Some(value) => format!("{full}={value}"),
+                    None => full,
+                });
+                continue;
+            }
+            if with_value.is_some_and(|w| w.contains(text)) {
+                shown.push(text.to_owned());
+                shown.extend(rest.next().map(|v| v.text.clone()));
+                continue;
+            }
+            match flags {
+                Some(letters) if text.len() > 2 && text.chars().skip(1).all(|c| letters.contains(c)) => {
+                    shown.extend(text.chars().skip(1).map(|c| format!("-{c}")));
+                }
+                _ => shown.push(text.to_owned()),
+            }
+        }
+        let chosen = table.no_defaults_with.get(&sub.text).is_some_and(|options| {
+            shown.iter().any(|arg| options.contains(arg.split_once('=').map_or(arg.as_str(), |(o, _)| o)))
+        });
+        if let Some(defaults) = defaults.filter(|_| !chosen) {
+            shown.extend(defaults.iter().skip(operands).cloned());
+        }
+        if opaque {
+            self.mark_opaque(index);
+        }
         let Some(Part { resource: ResourceInput::Command { argv, .. }, .. }) = self.parts.get_mut(index) else {
             return;
         };
-        for arg in argv.iter_mut().skip(at + 2) {
-            if arg == "--" {
-                break;
-            }
-            let (option, value) = match arg.split_once('=') {
-                Some((option, value)) => (option.to_owned(), Some(value.to_owned())),
-                None => (arg.clone(), None),
-            };
-            if !option.starts_with("--") || option.len() < 3 || long.contains(&option) {
-                continue;
-            }
-            let mut matches = long.iter().filter(|full| full.starts_with(&option));
-            if let (Some(full), None) = (matches.next(), matches.next()) {
-                *arg = match value {
-                    Some(value) => format!("{full}={value}"),
-                    None => full.clone(),
-                };
-            }
-        }
+        argv.truncate(at + 2);
+        argv.extend(shown);
     }
 
     /// The files a known program reads, writes or deletes.
@@ -909,9 +1138,15 @@ fn parser_options() -> brush_parser::ParserOptions {
     brush_parser::ParserOptions::default()
 }
 
-/// After a branch that may or may not run: the folder if both agree.
+/// After a branch that may or may not run: every folder either left.
 fn merge(a: &Cwd, b: &Cwd) -> Cwd {
-    if a == b { a.clone() } else { Cwd::Unknown }
+    if a == b {
+        return a.clone();
+    }
+    match (a.candidates(), b.candidates()) {
+        (Some(a), Some(b)) => Cwd::from_all(a.into_iter().chain(b).map(str::to_owned).collect()),
+        _ => Cwd::Unknown,
+    }
 }
 
 /// The deepest nesting of brackets, quotes aside (an over-count is safe).
@@ -960,6 +1195,57 @@ fn has_brace_expansion(text: &str) -> bool {
     false
 }
 
+/// The value of `$'…'` text (bash's ANSI-C quoting); `None` for an escape
+/// the monitor does not read (`\c`, a NUL).
+fn decode_ansi_c(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let escaped = chars.next()?;
+        let simple = match escaped {
+            'a' => Some('\u{7}'),
+            'b' => Some('\u{8}'),
+            'e' | 'E' => Some('\u{1b}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            'v' => Some('\u{b}'),
+            '\\' | '\'' | '"' | '?' => Some(escaped),
+            _ => None,
+        };
+        if let Some(simple) = simple {
+            out.push(simple);
+            continue;
+        }
+        let (radix, max) = match escaped {
+            'x' => (16, 2),
+            'u' => (16, 4),
+            'U' => (16, 8),
+            '0'..='7' => (8, 2),
+            _ => return None,
+        };
+        let mut digits = String::new();
+        if radix == 8 {
+            digits.push(escaped);
+        }
+        while digits.len() < max + usize::from(radix == 8)
+            && let Some(d) = chars.peek().copied().filter(|d| d.is_digit(radix))
+        {
+            digits.push(d);
+            chars.next();
+        }
+        let value = u32::from_str_radix(&digits, radix).ok()?;
+        let decoded = char::from_u32(value).filter(|c| *c != '\0')?;
+        out.push(decoded);
+    }
+    Some(out)
+}
+
 /// Unquoted text that is a pattern: `*`, `?`, or a bracket expression.
 fn is_glob(text: &str) -> bool {
     text.contains(['*', '?'])
@@ -992,6 +1278,33 @@ fn skip_options<'w>(args: &'w [Word], with_value: &crate::programs::Options) -> 
         at += if with_value.contains(text) { 2 } else { 1 };
     }
     args.get(at.min(args.len())..).unwrap_or_default()
+}
+
+/// The options before a wrapper's command that take a value, with their
+/// values (`-u root`, `-uroot`, `--user=root`).
+fn option_values<'w>(args: &'w [Word], with_value: &'w crate::programs::Options) -> Vec<(&'w str, Word)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(arg) = args.get(at) {
+        let text = arg.text.as_str();
+        if text == "--" || !text.starts_with('-') || text == "-" {
+            break;
+        }
+        if with_value.contains(text) {
+            if let Some(value) = args.get(at + 1) {
+                out.push((text, value.clone()));
+            }
+            at += 2;
+            continue;
+        }
+        if let Some((option, value)) = crate::programs::attached(with_value, text)
+            && let Some(known) = with_value.get(option)
+        {
+            out.push((known.as_str(), Word { text: value.to_owned(), ..arg.clone() }));
+        }
+        at += 1;
+    }
+    out
 }
 
 /// Descriptors and devices a redirection may name without touching a file.
@@ -1095,8 +1408,19 @@ mod tests {
         );
         assert_eq!(bash("bash -c 'sh -c \"rm y\"'"), ["exec rm y", "fs.delete /home/alice/project/y"]);
         assert_eq!(bash("if [ -f a ]; then rm a; fi"), ["exec rm a", "fs.delete /home/alice/project/a"]);
-        assert_eq!(bash("f() { rm -rf b; }; f"), ["exec rm -rf b", "fs.delete /home/alice/project/b"]);
+        // A function runs wherever it is called from.
+        assert_eq!(bash("f() { rm -rf b; }; f"), ["exec! rm -rf b"]);
+        assert_eq!(bash("f() { cd /tmp; }; f; cat x"), ["exec! cat x"]);
+        // `cd` may fail: after `;` both folders; after `||` the old one.
+        assert_eq!(bash("cd a && cat b"), ["exec cat b", "fs.read /home/alice/project/a/b"]);
+        assert_eq!(
+            bash("cd a; cat b"),
+            ["exec cat b", "fs.read /home/alice/project/b", "fs.read /home/alice/project/a/b"]
+        );
+        assert_eq!(bash("cd a || cat b"), ["exec cat b", "fs.read /home/alice/project/b"]);
         assert_eq!(bash("((("), ["exec! bash -c '((('"]);
+        assert_eq!(bash("git push origin $'\\x6dain'"), ["exec git push origin main"]);
+        assert_eq!(bash("cat $'\\x2eenv'"), ["exec cat .env", "fs.read /home/alice/project/.env"]);
         // brush-parser reads nested subshells as arithmetic; bash does not.
         assert_eq!(bash("( ( rm z ) )"), ["exec rm z", "fs.delete /home/alice/project/z"]);
         assert_eq!(bash("(( n += 1 ))"), Vec::<String>::new());

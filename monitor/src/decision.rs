@@ -143,6 +143,7 @@ pub fn decide(
 ) -> Result<Evaluation, InvalidInput> {
     let request = identified(snapshot, request);
     let parts = match command_parts(snapshot, &request)? {
+        Some(parts) if parts.is_empty() => return Ok(runs_nothing(&facts.blocked)),
         Some(parts) if !is_itself(&parts, &request) => parts,
         _ => return decide_one(snapshot, &request, facts, now, config, &[]),
     };
@@ -204,6 +205,7 @@ pub fn command_parts(
         return Ok(None);
     }
     let parts = crate::command::parts(words, cwd, &request.actor.user, &snapshot.programs)?;
+    let found = parts.len();
     let mut out = Vec::with_capacity(parts.len());
     for part in parts {
         if !snapshot.actions.contains_key(&part.action) {
@@ -234,14 +236,32 @@ pub fn command_parts(
         let part_request = NormalizedRequest { action: part.action.clone(), resource, ..request.clone() };
         out.push((part, part_request));
     }
+    // Parts the schema has no action for are not nothing: the command is
+    // then decided as it was sent.
+    if out.is_empty() && found > 0 {
+        return Ok(None);
+    }
     Ok(Some(out))
+}
+
+/// A script that runs only shell builtins (`echo done; true`): the shell is
+/// transparent, and nothing in it is for the policies to decide.
+fn runs_nothing(blocked: &Option<String>) -> Evaluation {
+    match blocked {
+        Some(why) => Evaluation::deny(vec![], vec![why.clone()]),
+        None => Evaluation {
+            outcome: Outcome::Allow,
+            reasons: vec!["the script runs only shell builtins, which nothing in the policies decides".to_owned()],
+            ..Evaluation::default()
+        },
+    }
 }
 
 /// Whether the parts are just the request itself (a plain command with no
 /// file arguments): then it is decided as one.
 fn is_itself(parts: &[(Part, NormalizedRequest)], request: &NormalizedRequest) -> bool {
     match parts {
-        [] => true,
+        [] => false,
         [(_, only)] => only.action == request.action && only.resource == request.resource,
         _ => false,
     }
@@ -450,6 +470,7 @@ pub fn decide_approved(
 ) -> Result<Evaluation, InvalidInput> {
     let request = identified(snapshot, request);
     let parts = match command_parts(snapshot, &request)? {
+        Some(parts) if parts.is_empty() => return Ok(runs_nothing(&facts.blocked)),
         Some(parts) if !is_itself(&parts, &request) => parts,
         _ => return decide_approved_one(snapshot, &request, facts, now),
     };

@@ -360,8 +360,14 @@ fn normalize_command(argv: &[String], cwd: &str) -> Result<Resource, InvalidInpu
     if total > limits::ARGV_BYTES {
         return Err(too_long("resource.command.argv", limits::ARGV_BYTES));
     }
-    if argv.iter().any(|arg| arg.chars().any(char::is_control)) {
-        return Err(InvalidInput::new("resource.command.argv", "must not contain control characters"));
+    // Scripts have lines (a here-document, a commit message): newline and
+    // tab are text; no other control character is (people read argv, and
+    // wardenctl shows what it cannot print escaped).
+    if argv.iter().any(|arg| arg.chars().any(|c| c.is_control() && c != '\n' && c != '\t')) {
+        return Err(InvalidInput::new(
+            "resource.command.argv",
+            "must not contain control characters other than newline and tab",
+        ));
     }
     let program = argv0.rsplit('/').next().unwrap_or_default();
     if program.is_empty() || program == "." || program == ".." {

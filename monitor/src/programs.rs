@@ -82,6 +82,13 @@ pub struct Wrapper {
     /// file operands are then unknown.
     #[serde(default)]
     pub adds_arguments: bool,
+    /// Options whose value is the folder the command runs in (`env -C`).
+    #[serde(default)]
+    pub chdir_options: Options,
+    /// Options whose value stands in the command for what the wrapper
+    /// reads (`xargs -I {}`): such an argument is unknown.
+    #[serde(default)]
+    pub replace_options: Options,
 }
 
 /// The files a program reads, writes or deletes.
@@ -130,6 +137,26 @@ pub struct Subcommands {
     /// which the program accepts) is shown to policies as the whole option.
     #[serde(default)]
     pub long_options: BTreeMap<String, BTreeSet<String>>,
+    /// Per subcommand, the letters of its short options that take no
+    /// value: a cluster of them (`-vuf`) is shown one by one (`-v -u -f`).
+    #[serde(default)]
+    pub short_flags: BTreeMap<String, String>,
+    /// Per subcommand, its options that take a value (so that the value is
+    /// not counted as an operand).
+    #[serde(default)]
+    pub options_with_value_of: BTreeMap<String, BTreeSet<String>>,
+    /// Per subcommand, the operands it assumes when they are left out
+    /// (`git push` with no refspec pushes `HEAD`): shown as if written.
+    #[serde(default)]
+    pub default_operands: BTreeMap<String, Vec<String>>,
+    /// Per subcommand, options that choose what it acts on themselves
+    /// (`git push --all`): with one of them, no operand is assumed.
+    #[serde(default)]
+    pub no_defaults_with: BTreeMap<String, BTreeSet<String>>,
+    /// Subcommands whose arguments must be seen: a variable or a
+    /// substitution among them makes the part opaque.
+    #[serde(default)]
+    pub exact: BTreeSet<String>,
 }
 
 /// The table, as `programs.toml` holds it.
@@ -150,6 +177,11 @@ pub struct Programs {
     /// The most parts one request may have (more is invalid input).
     #[serde(default = "default_max_parts")]
     pub max_parts: usize,
+    /// Variables that change what a command runs (`PATH`, `LD_PRELOAD`,
+    /// `GIT_*`): a command that sets one, or a script that exports one, is
+    /// opaque. A trailing `*` names every variable with that prefix.
+    #[serde(default)]
+    pub opaque_variables: BTreeSet<String>,
     /// Programs that run another command.
     #[serde(default)]
     pub wrappers: BTreeMap<String, Wrapper>,
@@ -182,6 +214,7 @@ impl Default for Programs {
             shells: default_shells(),
             home: None,
             max_parts: default_max_parts(),
+            opaque_variables: BTreeSet::new(),
             wrappers: BTreeMap::new(),
             files: BTreeMap::new(),
             subcommands: BTreeMap::new(),
@@ -215,6 +248,14 @@ impl Programs {
             None => "",
         };
         if self.system_dirs.contains(dir) { name.to_owned() } else { path.to_owned() }
+    }
+
+    /// Whether setting `name` changes what commands run (`opaque_variables`).
+    pub fn opaque_variable(&self, name: &str) -> bool {
+        self.opaque_variables.iter().any(|v| match v.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => v == name,
+        })
     }
 
     /// The home folder of `user`, when configured.

@@ -50,7 +50,8 @@ async fn a_window_for_one_argv_does_not_cover_another_that_joins_the_same() {
     let split = || ActionRequest::exec(["git", "-c", "color.ui=auto", "push", "origin", "main"]);
     let pending = harness.authorize(&alice(), spaced()).await.unwrap();
     assert_eq!(pending.outcome, Outcome::Pending);
-    assert_eq!(pending.policy_ids, ["commands.git-inline-config"]);
+    // `push origin main` as one word is no git subcommand: opaque too.
+    assert_eq!(pending.policy_ids, ["commands.git-inline-config", "commands.opaque"]);
     let approved = approve_for_window(&monitor, PLAIN_APPROVER, pending.approval_id).await;
     assert_eq!(approved.state, pb::ApprovalState::Approved as i32);
     assert_eq!(harness.authorize(&alice(), spaced()).await.unwrap().outcome, Outcome::Allow);
