@@ -1,7 +1,8 @@
 //! What understanding commands costs: the pure decision (normalize, parts,
 //! Cedar for each part) of a single command against pipelines of 5 parts
-//! under the bundled policies, and reading scripts (`command::parts` alone)
-//! per KB of script.
+//! under the bundled policies, the same end to end (`Authorize` over gRPC
+//! to a monitor on loopback, each decision durably audited), and reading
+//! scripts (`command::parts` alone) per KB of script.
 //!
 //! `cargo run --release -p warden-monitor --example command_cost [-- ITERATIONS]`
 
@@ -64,8 +65,8 @@ fn main() {
     println!("| `git status` | 1 | {base:?} | {base99:?} | 1.00 |");
     let cases: [(&str, &[&str]); 3] = [
         (
-            "bash -c 'git log | grep fix | sort | uniq -c | head -5'",
-            &["bash", "-c", "git log | grep fix | sort | uniq -c | head -5"],
+            "bash -c 'git log --oneline | grep fix | head -20 | cat | wc -l'",
+            &["bash", "-c", "git log --oneline | grep fix | head -20 | cat | wc -l"],
         ),
         (
             "bash -c 'cd src && cat main.rs | grep fn | wc -l'",
@@ -77,6 +78,9 @@ fn main() {
         let (p50, p99, count) = decide_cost(&snapshot, argv, iterations);
         println!("| `{name}` | {count} | {p50:?} | {p99:?} | {:.2} |", p50.as_secs_f64() / base.as_secs_f64());
     }
+
+    println!();
+    end_to_end(iterations.min(2000));
 
     println!();
     println!("reading scripts (command::parts alone), per KB of script");
@@ -102,4 +106,60 @@ fn main() {
         let per_kb = p50.as_secs_f64() * 1e6 / (script.len() as f64 / 1024.0);
         println!("| {repeat} × `{}` | {} | {count} | {p50:?} | {per_kb:.0} |", unit.trim(), script.len());
     }
+}
+
+/// `Authorize` p50 through the SDK against a monitor with the bundled
+/// policies (fsync durability), one request at a time.
+fn end_to_end(calls: usize) {
+    use warden_monitor::auth::{CredentialConfig, Role};
+    use warden_monitor::server::{ServerConfig, start};
+    use warden_monitor::service::MonitorConfig;
+    const TOKEN: &str = "wdn_bench_command_cost";
+    let runtime = tokio::runtime::Builder::new_multi_thread().thread_stack_size(8 << 20).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+        let data = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            policies: policies.clone(),
+            data: data.path().to_owned(),
+            credentials: vec![CredentialConfig::for_token("bench", Role::Harness, TOKEN, &["*"])],
+            durability: Default::default(),
+            checkpoint_every: Duration::from_secs(300),
+            tls: None,
+            socket: None,
+            monitor: MonitorConfig { policy_dir: policies, ..MonitorConfig::default() },
+        };
+        let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+        let client = warden_sdk::Client::connect_lazy(format!("http://{}", monitor.addr()), TOKEN).await.unwrap();
+        let actor = warden_sdk::Actor::new("alice", "claude-code", "bench");
+        let mut rows = Vec::new();
+        for (name, argv) in [
+            ("`git status`", vec!["git", "status"]),
+            (
+                "`bash -c 'git log --oneline | grep fix | head -20 | cat | wc -l'`",
+                vec!["bash", "-c", "git log --oneline | grep fix | head -20 | cat | wc -l"],
+            ),
+        ] {
+            let mut took = Vec::with_capacity(calls);
+            for i in 0..calls + 50 {
+                let request = warden_sdk::ActionRequest::exec(argv.iter().copied()).cwd("/home/alice/project");
+                let started = Instant::now();
+                let decision = client.authorize(&actor, request).await.unwrap();
+                if i >= 50 {
+                    took.push(started.elapsed());
+                }
+                assert_eq!(decision.outcome, warden_sdk::Outcome::Allow, "{decision:?}");
+            }
+            took.sort_unstable();
+            rows.push((name, percentile(&took, 0.5), percentile(&took, 0.99)));
+        }
+        monitor.stop().await.unwrap();
+        println!("end to end: Authorize over gRPC on loopback, durably audited (fsync), {calls} calls each");
+        println!("| command | p50 | p99 | p50 / single |");
+        println!("| --- | --- | --- | --- |");
+        let base = rows.first().map(|r| r.1).unwrap_or_default();
+        for (name, p50, p99) in rows {
+            println!("| {name} | {p50:?} | {p99:?} | {:.2} |", p50.as_secs_f64() / base.as_secs_f64());
+        }
+    });
 }

@@ -145,7 +145,7 @@ pub fn decide(
     let parts = match command_parts(snapshot, &request)? {
         Some(parts) if parts.is_empty() => return Ok(runs_nothing(&facts.blocked)),
         Some(parts) if !is_itself(&parts, &request) => parts,
-        _ => return decide_one(snapshot, &request, facts, now, config, &[]),
+        _ => return decide_one(snapshot, &request, facts, now, config, &[], None),
     };
     let inherited = match &facts.grants {
         None => vec![],
@@ -157,9 +157,15 @@ pub fn decide(
             Err(denial) => return Ok(denial),
         },
     };
+    let requests: Vec<&NormalizedRequest> = parts.iter().map(|(_, r)| r).collect();
+    let mut shared = parts_entities(snapshot, &requests, facts).map(|(entities, ancestors)| {
+        let entities = Arc::new(entities);
+        ancestors.into_iter().map(move |a| Some((Arc::clone(&entities), a))).collect::<Vec<_>>()
+    });
     let mut decided = Vec::with_capacity(parts.len());
-    for (part, part_request) in &parts {
-        decided.push((part, decide_one(snapshot, part_request, facts, now, config, &inherited)?));
+    for (at, (part, part_request)) in parts.iter().enumerate() {
+        let built = shared.as_mut().and_then(|all| all.get_mut(at).and_then(Option::take));
+        decided.push((part, decide_one(snapshot, part_request, facts, now, config, &inherited, built)?));
     }
     Ok(combine(&decided))
 }
@@ -353,8 +359,9 @@ fn decide_one(
     now: OffsetDateTime,
     config: &DecisionConfig,
     inherited: &[String],
+    built: Option<(Arc<Entities>, Ancestors)>,
 ) -> Result<Evaluation, InvalidInput> {
-    let evaluator = match Evaluator::new(snapshot, request, facts, now, config.use_index)? {
+    let evaluator = match Evaluator::with_entities(snapshot, request, facts, now, config.use_index, built)? {
         Ok(evaluator) => evaluator,
         Err(denial) => return Ok(denial),
     };
@@ -599,7 +606,7 @@ struct Evaluator<'a> {
     action: &'a EntityUid,
     principal: EntityUid,
     resource: EntityUid,
-    entities: Entities,
+    entities: Arc<Entities>,
     ancestors: Ancestors,
     policies: Arc<cedar_policy::PolicySet>,
     /// Evaluate only the grants whose scope can match (else all of the
@@ -617,6 +624,19 @@ impl<'a> Evaluator<'a> {
         facts: &SessionFacts,
         now: OffsetDateTime,
         use_index: bool,
+    ) -> Result<Result<Self, Evaluation>, InvalidInput> {
+        Self::with_entities(snapshot, request, facts, now, use_index, None)
+    }
+
+    /// As [`Evaluator::new`], with the entities built already (for the
+    /// parts of a command, which share them).
+    fn with_entities(
+        snapshot: &'a PolicySnapshot,
+        request: &'a NormalizedRequest,
+        facts: &SessionFacts,
+        now: OffsetDateTime,
+        use_index: bool,
+        built: Option<(Arc<Entities>, Ancestors)>,
     ) -> Result<Result<Self, Evaluation>, InvalidInput> {
         let Some(action) = snapshot.actions.get(&request.action) else {
             return Err(InvalidInput::new(
@@ -653,9 +673,12 @@ impl<'a> Evaluator<'a> {
                 vec![format!("unknown user `{}`: not in the policy entities", request.actor.user)],
             )));
         }
-        let (entities, ancestors) = match request_entities(snapshot, request, facts) {
-            Ok(built) => built,
-            Err(reason) => return Ok(Err(Evaluation::deny(vec![], vec![reason]))),
+        let (entities, ancestors) = match built {
+            Some(built) => built,
+            None => match request_entities(snapshot, request, facts) {
+                Ok((entities, ancestors)) => (Arc::new(entities), ancestors),
+                Err(reason) => return Ok(Err(Evaluation::deny(vec![], vec![reason]))),
+            },
         };
         let principal = uid(&types.session, &request.actor.session);
         let resource = uid(types.of(&request.resource).0, &request.resource.entity_id());
@@ -958,7 +981,7 @@ pub fn cedar_inputs(
     let cedar_request = evaluator.request(false).map_err(|e| match e {
         RequestError::Context(message) | RequestError::Schema(message) => message,
     })?;
-    Ok((cedar_request, evaluator.entities.clone(), Arc::clone(&snapshot.policies)))
+    Ok((cedar_request, Entities::clone(&evaluator.entities), Arc::clone(&snapshot.policies)))
 }
 
 /// Most (user, agent) pairs whose entities a snapshot keeps built.
@@ -1048,8 +1071,35 @@ fn request_entities(
     request: &NormalizedRequest,
     facts: &SessionFacts,
 ) -> Result<(Entities, Ancestors), String> {
+    let (entities, mut ancestors) = build_entities(snapshot, &[request], facts, false)?
+        .ok_or_else(|| "cannot build the request's entities".to_owned())?;
+    ancestors.pop().ok_or_else(|| "cannot build the request's entities".to_owned()).map(|a| (entities, a))
+}
+
+/// The entities of the parts of one command, built together (one closure
+/// over the principal's side and every part's resource); `None` when two
+/// parts' resources share an id with different attributes (each part then
+/// builds its own) or any part's cannot be built.
+fn parts_entities(
+    snapshot: &PolicySnapshot,
+    requests: &[&NormalizedRequest],
+    facts: &SessionFacts,
+) -> Option<(Entities, Vec<Ancestors>)> {
+    build_entities(snapshot, requests, facts, true).ok().flatten()
+}
+
+/// The entities of `requests` (one actor): the session, each resource with
+/// its ancestors, each action. `shared`: several requests' resources in one
+/// set, `None` if two of them conflict.
+fn build_entities(
+    snapshot: &PolicySnapshot,
+    requests: &[&NormalizedRequest],
+    facts: &SessionFacts,
+    shared: bool,
+) -> Result<Option<(Entities, Vec<Ancestors>)>, String> {
+    let Some(first) = requests.first() else { return Ok(None) };
     let types = &snapshot.types;
-    let actor = &request.actor;
+    let actor = &first.actor;
     let side = snapshot.principals.get(snapshot, &actor.user, &actor.agent)?;
     let known = Some(&side.entities);
     let mut out: HashMap<EntityUid, Entity> = HashMap::new();
@@ -1068,36 +1118,52 @@ fn request_entities(
     let session = Entity::new(session_uid.clone(), session_attrs, side.parents.clone())
         .map_err(|e| format!("cannot build the session entity: {e}"))?;
     out.insert(session_uid.clone(), session);
+    let mut overlap = side.entities.get(&session_uid).is_some();
+    let mut resources: HashMap<EntityUid, Entity> = HashMap::new();
+    let mut all_ancestors = Vec::with_capacity(requests.len());
 
-    let (resource_type, ancestor_type) = types.of(&request.resource);
-    let (ancestor_ids, attrs) = resource_shape(&request.resource);
-    // The chain nearest first: each ancestor's parents are the ones after it.
-    let chain: Vec<EntityUid> = ancestor_ids.iter().map(|id| uid(ancestor_type, id)).collect();
-    let mut parents = HashSet::new();
-    for (at, ancestor) in chain.iter().enumerate() {
-        let above = chain.get(at + 1..).unwrap_or_default();
-        parents.extend(add_known(snapshot, ancestor.clone(), above, &mut out, known));
-    }
-    let resource_uid = uid(resource_type, &request.resource.entity_id());
-    // Attributes come from the request; parents declared in entities.json for
-    // the same uid are kept too.
-    if let Some(found) = snapshot.entities.ancestors(&resource_uid) {
-        for ancestor in found.cloned().collect::<Vec<_>>() {
-            parents.extend(add_known(snapshot, ancestor, &[], &mut out, known));
+    for request in requests {
+        let (resource_type, ancestor_type) = types.of(&request.resource);
+        let (ancestor_ids, attrs) = resource_shape(&request.resource);
+        // The chain nearest first: each ancestor's parents are the ones after it.
+        let chain: Vec<EntityUid> = ancestor_ids.iter().map(|id| uid(ancestor_type, id)).collect();
+        let mut parents = HashSet::new();
+        for (at, ancestor) in chain.iter().enumerate() {
+            let above = chain.get(at + 1..).unwrap_or_default();
+            parents.extend(add_known(snapshot, ancestor.clone(), above, &mut out, known));
         }
+        let resource_uid = uid(resource_type, &request.resource.entity_id());
+        // Attributes come from the request; parents declared in entities.json for
+        // the same uid are kept too.
+        if let Some(found) = snapshot.entities.ancestors(&resource_uid) {
+            for ancestor in found.cloned().collect::<Vec<_>>() {
+                parents.extend(add_known(snapshot, ancestor, &[], &mut out, known));
+            }
+        }
+        let resource = Entity::new(resource_uid.clone(), attrs, parents.clone())
+            .map_err(|e| format!("cannot build the resource entity: {e}"))?;
+        // The session and the resource built here are what Cedar sees under
+        // their ids, whatever entities.json says.
+        overlap |= side.entities.get(&resource_uid).is_some();
+        match resources.get(&resource_uid) {
+            Some(existing) if existing != &resource => return Ok(None),
+            _ => {
+                resources.insert(resource_uid, resource);
+            }
+        }
+        if let Some(action) = snapshot.actions.get(&request.action).and_then(|a| a.entity.clone())
+            && side.entities.get(&action.uid()).is_none()
+        {
+            out.insert(action.uid(), action);
+        }
+        all_ancestors.push(Ancestors { principal: side.parents.clone(), resource: parents });
     }
-    let resource = Entity::new(resource_uid.clone(), attrs, parents.clone())
-        .map_err(|e| format!("cannot build the resource entity: {e}"))?;
-    // The session and the resource built here are what Cedar sees under
-    // their ids, whatever entities.json says.
-    let overlap = side.entities.get(&resource_uid).is_some() || side.entities.get(&session_uid).is_some();
-    out.insert(resource_uid, resource);
-
-    if let Some(action) = snapshot.actions.get(&request.action).and_then(|a| a.entity.clone())
-        && side.entities.get(&action.uid()).is_none()
-    {
-        out.insert(action.uid(), action);
+    if shared && (overlap || resources.contains_key(&session_uid)) {
+        return Ok(None);
     }
+    // A resource is what the request says it is, also where it names an
+    // ancestor's id.
+    out.extend(resources);
 
     let entities = if overlap {
         // Only with a schema where users or agents sit under a resource or
@@ -1110,7 +1176,7 @@ fn request_entities(
         side.entities.clone().add_entities(out.into_values(), None)
     }
     .map_err(|e| format!("cannot build the request's entities: {e}"))?;
-    Ok((entities, Ancestors { principal: side.parents.clone(), resource: parents }))
+    Ok(Some((entities, all_ancestors)))
 }
 
 /// The ancestor ids (nearest first) and the attributes of a resource.
