@@ -60,8 +60,22 @@ pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()>
             left(approval.expires_at.as_ref()),
             shorten(&safe(&approval.resource), 160)
         );
+        // A command of several parts: what each part is and how it was
+        // decided, since approving covers them all.
+        for part in part_lines(approval) {
+            println!("    {}", shorten(&safe(part), 160));
+        }
     }
     Ok(())
+}
+
+/// The lines of an approval that say how each part of a command was
+/// decided (`part 1 of 2, `cargo test` (exec): ALLOW by …`).
+fn part_lines(approval: &pb::Approval) -> impl Iterator<Item = &String> {
+    approval.reasons.iter().filter(|reason| {
+        reason.starts_with("part ")
+            && ["): ALLOW", "): PENDING", "): DENY"].iter().any(|outcome| reason.contains(outcome))
+    })
 }
 
 /// Prints one approval in full.
@@ -162,9 +176,17 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
     if !request.justification.is_empty() {
         lines.push(format!("why: {}", safe(&request.justification)));
     }
-    for (id, reason) in approval.policy_ids.iter().zip(approval.reasons.iter().chain(std::iter::repeat(&String::new())))
-    {
+    // One policy and its reason, as a single command has them; a command of
+    // several parts has a reason per part in the way and a line per part
+    // (all of which the approval covers), so every reason is its own line.
+    if let ([id], [reason]) = (approval.policy_ids.as_slice(), approval.reasons.as_slice()) {
         lines.push(format!("policy {}: {}", safe(id), safe(reason)));
+    } else {
+        if !approval.policy_ids.is_empty() {
+            let ids: Vec<String> = approval.policy_ids.iter().map(|id| safe(id)).collect();
+            lines.push(format!("policies: {}", ids.join(", ")));
+        }
+        lines.extend(approval.reasons.iter().map(|reason| format!("- {}", safe(reason))));
     }
     let approvers =
         if approval.approvers.is_empty() { "any approver".to_owned() } else { approval.approvers.join(", ") };

@@ -10,6 +10,7 @@ use warden_monitor::server::{RunningServer, ServerConfig, start};
 
 const HARNESS: &str = "wdn_cli_test_harness";
 const ADMIN: &str = "wdn_cli_test_admin";
+const APPROVER: &str = "wdn_cli_test_approver";
 
 fn policies() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
@@ -23,7 +24,11 @@ async fn monitor(data: &Path) -> RunningServer {
     let config = ServerConfig::new(
         policies(),
         data.to_owned(),
-        vec![credential("h", Role::Harness, HARNESS, &["*"]), credential("a", Role::Admin, ADMIN, &[])],
+        vec![
+            credential("h", Role::Harness, HARNESS, &["*"]),
+            credential("a", Role::Admin, ADMIN, &[]),
+            CredentialConfig { groups: vec!["*".into()], ..credential("o", Role::Approver, APPROVER, &[]) },
+        ],
     );
     start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap()
 }
@@ -403,5 +408,28 @@ async fn an_admin_over_mutual_tls_needs_no_token() {
     let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout(&output).starts_with("ok: 0 records"), "{}", stdout(&output));
+    server.stop().await.unwrap();
+}
+
+/// A command of several parts that waits: `approvals list` shows the
+/// approver every part and how each was decided, not only the one in the
+/// way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_list_shows_every_part_of_a_command() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let script = "cargo test && git push origin main";
+    let args = [&ALICE[..], &["--cwd", "/home/alice/project", "exec", "--", "bash", "-c", script]].concat();
+    let pending = wardenctl(&endpoint, HARNESS, &args).await;
+    assert_eq!(pending.status.code(), Some(3), "{}", stdout(&pending));
+    let listed = wardenctl(&endpoint, APPROVER, &["approvals", "list"]).await;
+    let text = stdout(&listed);
+    assert!(listed.status.success(), "{text}");
+    assert!(text.contains("part 1 of 2, `cargo test` (exec): ALLOW by commands.developer-tools"), "{text}");
+    assert!(
+        text.contains("part 2 of 2, `git push origin main` (exec): PENDING by commands.protected-branch-push"),
+        "{text}"
+    );
     server.stop().await.unwrap();
 }
