@@ -317,6 +317,18 @@ fn write_private(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The listener's TLS material, as PEM text.
+#[derive(Clone)]
+pub struct TlsPem {
+    /// The server's certificate chain.
+    pub cert: String,
+    /// Its private key.
+    pub key: String,
+    /// When set, clients may present a certificate signed by this CA (mutual
+    /// TLS); a known certificate then identifies the caller without a token.
+    pub client_ca: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

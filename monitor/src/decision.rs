@@ -10,17 +10,18 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cedar_policy::{
-    Authorizer, Context, Decision as CedarDecision, Effect, Entities, Entity, EntityId, EntityTypeName, EntityUid,
-    PolicyId, Request, Response, RestrictedExpression,
+    Authorizer, Context, Decision as CedarDecision, Effect, Entities, Entity, EntityUid, PolicyId, Request, Response,
+    RestrictedExpression,
 };
 use time::OffsetDateTime;
 
 use crate::command::Part;
+use crate::entities::{Ancestors, add_known, uid};
+pub use crate::entities::{cedar_datetime, cedar_datetime_ns};
 use crate::grants::{CompiledGrant, UserGrants};
 use crate::normalize::{InvalidInput, NormalizedRequest, Resource, normalize_resource};
 use crate::policy::PolicySnapshot;
@@ -592,12 +593,6 @@ fn no_permit(request: &NormalizedRequest) -> String {
     format!("no policy permits `{}` on {}", request.action, request.resource.display_uid())
 }
 
-/// The ancestors of the request's principal and resource, for the index.
-pub(crate) struct Ancestors {
-    pub(crate) principal: HashSet<EntityUid>,
-    pub(crate) resource: HashSet<EntityUid>,
-}
-
 /// A request ready for Cedar: its entities, principal, action and resource,
 /// and the policies whose scope can match it.
 struct Evaluator<'a> {
@@ -843,28 +838,6 @@ fn labels_of(snapshot: &PolicySnapshot, ids: &[PolicyId]) -> Vec<String> {
     labels.into_iter().collect()
 }
 
-/// [`cedar_datetime`] of nanoseconds since the Unix epoch (clamped to the
-/// range Cedar and `time` accept).
-pub fn cedar_datetime_ns(unix_ns: i64) -> String {
-    let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns)).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    cedar_datetime(at)
-}
-
-/// Cedar's datetime form, in UTC with milliseconds: `2026-05-10T12:00:00.000Z`.
-pub fn cedar_datetime(now: OffsetDateTime) -> String {
-    let now = now.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second(),
-        now.millisecond()
-    )
-}
-
 /// The context every request carries, built without JSON.
 fn base_context(request: &NormalizedRequest, now: &str, approved: bool) -> Result<Context, RequestError> {
     Context::from_pairs([
@@ -910,58 +883,6 @@ fn full_context(
         .map_err(|e| RequestError::Context(e.to_string()))
 }
 
-/// The entity types of Warden's domain model, parsed once per snapshot.
-#[derive(Debug, Clone)]
-pub(crate) struct DomainTypes {
-    session: EntityTypeName,
-    user: EntityTypeName,
-    agent: EntityTypeName,
-    file: EntityTypeName,
-    dir: EntityTypeName,
-    command: EntityTypeName,
-    program: EntityTypeName,
-    url: EntityTypeName,
-    domain: EntityTypeName,
-    secret: EntityTypeName,
-    tool: EntityTypeName,
-    mcp_server: EntityTypeName,
-}
-
-impl DomainTypes {
-    pub(crate) fn new() -> Result<Self, String> {
-        let parse = |name: &str| EntityTypeName::from_str(name).map_err(|e| format!("entity type `{name}`: {e}"));
-        Ok(Self {
-            session: parse("Session")?,
-            user: parse("User")?,
-            agent: parse("Agent")?,
-            file: parse("File")?,
-            dir: parse("Dir")?,
-            command: parse("Command")?,
-            program: parse("Program")?,
-            url: parse("Url")?,
-            domain: parse("Domain")?,
-            secret: parse("Secret")?,
-            tool: parse("Tool")?,
-            mcp_server: parse("McpServer")?,
-        })
-    }
-
-    /// The resource's own type, and the type of its ancestors.
-    fn of(&self, resource: &Resource) -> (&EntityTypeName, &EntityTypeName) {
-        match resource {
-            Resource::File { .. } => (&self.file, &self.dir),
-            Resource::Command { .. } => (&self.command, &self.program),
-            Resource::Url { .. } => (&self.url, &self.domain),
-            Resource::Secret { .. } => (&self.secret, &self.secret),
-            Resource::Tool { .. } => (&self.tool, &self.mcp_server),
-        }
-    }
-}
-
-fn uid(type_name: &EntityTypeName, id: &str) -> EntityUid {
-    EntityUid::from_type_name_and_id(type_name.clone(), EntityId::new(id))
-}
-
 /// What Cedar is given for a request's first evaluation (`context.approved
 /// = false`): its request, its entities, and the whole policy set, as
 /// `decide` builds them. For measuring bare `Authorizer::is_authorized` on
@@ -982,85 +903,6 @@ pub fn cedar_inputs(
         RequestError::Context(message) | RequestError::Schema(message) => message,
     })?;
     Ok((cedar_request, Entities::clone(&evaluator.entities), Arc::clone(&snapshot.policies)))
-}
-
-/// Most (user, agent) pairs whose entities a snapshot keeps built.
-const PRINCIPAL_CACHE: usize = 4096;
-
-/// The entities of a user and an agent, with their ancestors from
-/// entities.json, built once per snapshot and pair: Cedar computes the
-/// transitive closure of whatever it is given, and that was the largest
-/// part of building a request's entities.
-#[derive(Debug, Default)]
-pub(crate) struct PrincipalCache {
-    built: std::sync::Mutex<HashMap<(String, String), Arc<PrincipalSide>>>,
-}
-
-#[derive(Debug)]
-struct PrincipalSide {
-    /// User, agent and their ancestors, closed.
-    entities: Entities,
-    /// User, agent and their ancestors: the session's parents.
-    parents: HashSet<EntityUid>,
-}
-
-impl PrincipalCache {
-    fn get(&self, snapshot: &PolicySnapshot, user: &str, agent: &str) -> Result<Arc<PrincipalSide>, String> {
-        let key = (user.to_owned(), agent.to_owned());
-        let lock = || self.built.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(found) = lock().get(&key) {
-            return Ok(Arc::clone(found));
-        }
-        // Built without the lock held; two requests racing build it twice.
-        let types = &snapshot.types;
-        let mut out = HashMap::new();
-        let mut parents = add_known(snapshot, uid(&types.user, user), &[], &mut out, None);
-        parents.extend(add_known(snapshot, uid(&types.agent, agent), &[], &mut out, None));
-        let entities = Entities::from_entities(out.into_values(), None)
-            .map_err(|e| format!("cannot build the entities of user `{user}` and agent `{agent}`: {e}"))?;
-        let side = Arc::new(PrincipalSide { entities, parents });
-        let mut built = lock();
-        if built.len() >= PRINCIPAL_CACHE {
-            built.clear();
-        }
-        built.insert(key, Arc::clone(&side));
-        Ok(side)
-    }
-}
-
-/// Adds to `out` an entity from entities.json with its ancestors, or a bare
-/// one whose parents are `bare_parents`, unless `known` already holds them.
-/// Returns the entity and its ancestors.
-fn add_known(
-    snapshot: &PolicySnapshot,
-    uid: EntityUid,
-    bare_parents: &[EntityUid],
-    out: &mut HashMap<EntityUid, Entity>,
-    known: Option<&Entities>,
-) -> HashSet<EntityUid> {
-    let file = &snapshot.entities;
-    let mut ancestors: HashSet<EntityUid> = HashSet::new();
-    if let Some(found) = file.ancestors(&uid) {
-        ancestors.extend(found.cloned());
-    }
-    let present = |out: &HashMap<EntityUid, Entity>, uid: &EntityUid| {
-        out.contains_key(uid) || known.is_some_and(|k| k.get(uid).is_some())
-    };
-    for ancestor in &ancestors {
-        if !present(out, ancestor) {
-            let entity = file.get(ancestor).cloned().unwrap_or_else(|| Entity::with_uid(ancestor.clone()));
-            out.insert(ancestor.clone(), entity);
-        }
-    }
-    if !present(out, &uid) {
-        let entity = file
-            .get(&uid)
-            .cloned()
-            .unwrap_or_else(|| Entity::new_no_attrs(uid.clone(), bare_parents.iter().cloned().collect()));
-        out.insert(uid.clone(), entity);
-    }
-    ancestors.insert(uid);
-    ancestors
 }
 
 /// The request's entities: the user's and agent's (cached per snapshot),
@@ -1100,7 +942,7 @@ fn build_entities(
     let Some(first) = requests.first() else { return Ok(None) };
     let types = &snapshot.types;
     let actor = &first.actor;
-    let side = snapshot.principals.get(snapshot, &actor.user, &actor.agent)?;
+    let side = snapshot.principals.get(&snapshot.entities, &snapshot.types, &actor.user, &actor.agent)?;
     let known = Some(&side.entities);
     let mut out: HashMap<EntityUid, Entity> = HashMap::new();
 
@@ -1130,14 +972,14 @@ fn build_entities(
         let mut parents = HashSet::new();
         for (at, ancestor) in chain.iter().enumerate() {
             let above = chain.get(at + 1..).unwrap_or_default();
-            parents.extend(add_known(snapshot, ancestor.clone(), above, &mut out, known));
+            parents.extend(add_known(&snapshot.entities, ancestor.clone(), above, &mut out, known));
         }
         let resource_uid = uid(resource_type, &request.resource.entity_id());
         // Attributes come from the request; parents declared in entities.json for
         // the same uid are kept too.
         if let Some(found) = snapshot.entities.ancestors(&resource_uid) {
             for ancestor in found.cloned().collect::<Vec<_>>() {
-                parents.extend(add_known(snapshot, ancestor, &[], &mut out, known));
+                parents.extend(add_known(&snapshot.entities, ancestor, &[], &mut out, known));
             }
         }
         let resource = Entity::new(resource_uid.clone(), attrs, parents.clone())

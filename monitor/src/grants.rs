@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cedar_policy::{EntityId, EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, ValidationMode, Validator};
 
-use crate::decision::cedar_datetime_ns;
+use crate::entities::cedar_datetime_ns;
 use crate::normalize::{InvalidInput, Resource, ResourceInput, clean_path, normalize_resource};
 use crate::policy::PolicySnapshot;
 

@@ -109,7 +109,7 @@ impl Health {
 pub async fn router(
     monitor: &Arc<Monitor>,
     credentials: &Arc<Credentials>,
-    tls: Option<&crate::server::TlsPem>,
+    tls: Option<&crate::config::TlsPem>,
     uids: Option<Arc<std::collections::HashSet<u32>>>,
 ) -> Result<(tonic::transport::server::Router, Health), String> {
     let (reporter, health_service) = tonic_health::server::health_reporter();

@@ -13,7 +13,7 @@ use cedar_policy::{
     ActionConstraint, Entities, EntityTypeName, EntityUid, Policy, PolicySet, PrincipalConstraint, ResourceConstraint,
 };
 
-use crate::decision::Ancestors;
+use crate::entities::Ancestors;
 
 /// The positions (in [`PolicyIndex::scoped`]) of the policies in a slice.
 type SliceKey = Vec<u32>;

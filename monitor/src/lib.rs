@@ -16,6 +16,7 @@ pub mod command;
 pub mod config;
 pub mod decision;
 pub mod duration;
+pub mod entities;
 pub mod grants;
 pub mod grpc;
 pub mod index;

@@ -17,8 +17,8 @@ use cedar_policy::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::decision::DomainTypes;
 use crate::duration::parse_duration;
+use crate::entities::{DomainTypes, PrincipalCache};
 use crate::programs::{PROGRAMS_FILE, Programs};
 
 /// The schema file of a policy folder.
@@ -184,7 +184,7 @@ pub struct PolicySnapshot {
     pub(crate) types: DomainTypes,
     pub(crate) index: crate::index::PolicyIndex,
     /// Users' and agents' entities, built on first use.
-    pub(crate) principals: crate::decision::PrincipalCache,
+    pub(crate) principals: PrincipalCache,
     /// `programs.toml`: how commands are read.
     pub programs: Programs,
 }
@@ -252,7 +252,7 @@ impl PolicySnapshot {
             actions,
             types,
             index,
-            principals: crate::decision::PrincipalCache::default(),
+            principals: PrincipalCache::default(),
             programs,
         })
     }

@@ -87,17 +87,7 @@ pub struct UnixSocket {
     pub uids: Vec<u32>,
 }
 
-/// The listener's TLS material, as PEM text.
-#[derive(Clone)]
-pub struct TlsPem {
-    /// The server's certificate chain.
-    pub cert: String,
-    /// Its private key.
-    pub key: String,
-    /// When set, clients may present a certificate signed by this CA (mutual
-    /// TLS); a known certificate then identifies the caller without a token.
-    pub client_ca: Option<String>,
-}
+pub use crate::config::TlsPem;
 
 impl ServerConfig {
     /// A configuration with these policies, data folder and credentials, and
