@@ -1,11 +1,11 @@
-//! Grants, lockdown and session labels, end to end, with the monitor's clock
-//! moved forward instead of sleeping.
+//! Grants (by admins, and windows by approvers), end to end, with the
+//! monitor's clock moved forward instead of sleeping.
 
 use std::time::Duration;
 
 use tonic::Code;
 use warden_proto::v1 as pb;
-use warden_sdk::{ActionRequest, Actor, Error, Outcome};
+use warden_sdk::{ActionRequest, Actor, Outcome};
 
 use crate::support::{APPROVER, HARNESS, TestMonitor};
 
@@ -53,14 +53,14 @@ async fn a_grant_permits_what_policies_alone_deny_until_it_expires() {
     // An hour later the grant no longer matches, at once, and is swept.
     monitor.advance_clock(Duration::from_secs(3601));
     assert_eq!(harness.authorize(&alice(), write()).await.unwrap().outcome, Outcome::Deny);
-    for _ in 0..100 {
-        let left = admin.list_grants(pb::ListGrantsRequest::default()).await.unwrap().into_inner().grants;
-        if left.is_empty() && monitor.audit().await.iter().any(|r| r.kind == "grant.expired") {
-            return;
+    crate::support::eventually("the expired grant's sweep", || {
+        let (mut admin, monitor) = (admin.clone(), &monitor);
+        async move {
+            let left = admin.list_grants(pb::ListGrantsRequest::default()).await.unwrap().into_inner().grants;
+            (left.is_empty() && monitor.audit().await.iter().any(|r| r.kind == "grant.expired")).then_some(())
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the expired grant was not swept");
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -158,138 +158,6 @@ async fn approving_for_a_window_lets_the_same_action_through_until_it_ends() {
 }
 
 #[tokio::test]
-async fn lockdown_denies_at_once_and_cancels_pending_approvals() {
-    let monitor = TestMonitor::start().await;
-    let harness = monitor.harness().await;
-    let waiting = {
-        let harness = harness.clone();
-        tokio::spawn(
-            async move { harness.check(&alice(), ActionRequest::exec(["git", "push", "origin", "main"])).await },
-        )
-    };
-    let mut approvals = monitor.approvals(APPROVER).await;
-    while approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner().approvals.is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut admin = monitor.admin().await;
-    let locked = admin
-        .lock_session(pb::LockSessionRequest {
-            session: "s1".into(),
-            reason: "prompt injection suspected".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(locked.target, "session:s1");
-    assert_eq!(locked.denied_approvals.len(), 1);
-    let Err(Error::Denied(decision)) = waiting.await.unwrap() else { panic!("a locked session's approval must deny") };
-    assert!(
-        decision.reasons.iter().any(|r| r.contains("session `s1` is locked by `security`")),
-        "{:?}",
-        decision.reasons
-    );
-
-    let read = || ActionRequest::read_file("/home/alice/project/src/main.rs");
-    let denied = harness.authorize(&alice(), read()).await.unwrap();
-    assert_eq!(denied.outcome, Outcome::Deny);
-    assert_eq!(denied.reasons, ["session `s1` is locked by `security`: prompt injection suspected"]);
-    let session = admin
-        .get_session(pb::GetSessionRequest { session: "s1".into(), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(session.locked);
-    // Other sessions go on.
-    assert_eq!(
-        harness.authorize(&Actor::new("alice", "claude-code", "s2"), read()).await.unwrap().outcome,
-        Outcome::Allow
-    );
-
-    admin.unlock_session(pb::UnlockSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap();
-    assert_eq!(harness.authorize(&alice(), read()).await.unwrap().outcome, Outcome::Allow);
-
-    // A whole agent kind, then a whole user.
-    admin.lock_session(pb::LockSessionRequest { agent: "claude-code".into(), ..Default::default() }).await.unwrap();
-    assert_eq!(
-        harness.authorize(&Actor::new("bob", "claude-code", "b9"), read()).await.unwrap().outcome,
-        Outcome::Deny
-    );
-    assert_eq!(harness.authorize(&Actor::new("alice", "codex", "c1"), read()).await.unwrap().outcome, Outcome::Allow);
-    admin.lock_session(pb::LockSessionRequest { user: "alice".into(), ..Default::default() }).await.unwrap();
-    assert_eq!(harness.authorize(&Actor::new("alice", "codex", "c1"), read()).await.unwrap().outcome, Outcome::Deny);
-    let status = admin.lock_session(pb::LockSessionRequest::default()).await.unwrap_err();
-    assert_eq!(status.code(), Code::InvalidArgument);
-}
-
-#[tokio::test]
-async fn the_lethal_trifecta_ends_pending_for_the_exfiltration_attempt() {
-    let mut monitor = TestMonitor::start().await;
-    let harness = monitor.harness().await;
-    let agent = Actor::new("alice", "claude-code", "trifecta");
-    let mut admin = monitor.admin().await;
-    let labels = |admin: &mut crate::support::Admin| {
-        let mut admin = admin.clone();
-        async move {
-            admin
-                .get_session(pb::GetSessionRequest { session: "trifecta".into(), ..Default::default() })
-                .await
-                .unwrap()
-                .into_inner()
-                .labels
-        }
-    };
-
-    // 1. The agent reads a web page (untrusted input).
-    let read_web =
-        harness.authorize(&agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
-    assert_eq!(read_web.outcome, Outcome::Allow);
-    assert_eq!(labels(&mut admin).await, ["untrusted-input"]);
-    // With one label, posting an issue is still fine.
-    let post = || ActionRequest::http("POST", "https://api.github.com/repos/acme/app/issues");
-    assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Allow);
-
-    // 2. It reads a private file (private data).
-    let private =
-        harness.authorize(&agent, ActionRequest::read_file("/home/alice/private/salaries.csv")).await.unwrap();
-    assert_eq!(private.outcome, Outcome::Allow);
-    assert_eq!(labels(&mut admin).await, ["private-data", "untrusted-input"]);
-
-    // 3. It tries to send data out: a person must look first.
-    let exfiltrate = harness.authorize(&agent, post()).await.unwrap();
-    assert_eq!(exfiltrate.outcome, Outcome::Pending);
-    assert_eq!(exfiltrate.policy_ids, ["trifecta.no-exfiltration"]);
-    assert!(exfiltrate.reasons[0].contains("could leak"), "{:?}", exfiltrate.reasons);
-    let chat = harness.authorize(&agent, ActionRequest::call_tool("slack", "post_message", r#"{"text":"..."}"#)).await;
-    assert_eq!(chat.unwrap().outcome, Outcome::Pending);
-    // Another session of the same user is not tainted.
-    let fresh = Actor::new("alice", "claude-code", "fresh");
-    assert_eq!(harness.authorize(&fresh, post()).await.unwrap().outcome, Outcome::Allow);
-
-    // Labels survive a restart.
-    monitor.restart().await;
-    let harness = monitor.harness().await;
-    let mut admin = monitor.admin().await;
-    assert_eq!(labels(&mut admin).await, ["private-data", "untrusted-input"]);
-    assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Pending);
-
-    // An admin clears them (audited), and the session may post again.
-    let cleared = admin
-        .clear_session_labels(pb::ClearSessionLabelsRequest {
-            session: "trifecta".into(),
-            reason: "reviewed".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(cleared.labels.is_empty());
-    assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Allow);
-    assert!(monitor.audit().await.iter().any(|r| r.kind == "session.labels-cleared"));
-    assert!(monitor.verify().await.ok);
-}
-
-#[tokio::test]
 async fn grants_survive_a_restart() {
     let mut monitor = TestMonitor::start().await;
     let mut admin = monitor.admin().await;
@@ -325,40 +193,6 @@ async fn harness_and_approver_tokens_cannot_use_admin() {
             .unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "{token}");
     }
-}
-
-/// Within its harness and user, a session belongs to the agent kind that
-/// first used it (across harnesses and users, see
-/// `security::a_session_id_is_scoped_to_its_harness_and_user`).
-#[tokio::test]
-async fn a_session_belongs_to_its_first_agent() {
-    let monitor = TestMonitor::start().await;
-    let harness = monitor.harness().await;
-    let read = || ActionRequest::read_file("/home/bob/work/notes.md");
-    let bob = Actor::new("bob", "codex", "shared-id");
-    assert_eq!(harness.authorize(&bob, read()).await.unwrap().outcome, Outcome::Allow);
-    let intruder = Actor::new("bob", "claude-code", "shared-id");
-    let denied = harness.authorize(&intruder, read()).await.unwrap();
-    assert_eq!(denied.outcome, Outcome::Deny);
-    assert!(
-        denied.reasons[0].contains("session `shared-id` belongs to agent `codex`, not to agent `claude-code`"),
-        "{:?}",
-        denied.reasons
-    );
-}
-
-#[tokio::test]
-async fn a_lock_stops_replays_and_waits_too() {
-    let monitor = TestMonitor::start().await;
-    let harness = monitor.harness().await;
-    let keyed = ActionRequest::read_file("/home/alice/project/a.rs").request_id("same-id");
-    assert_eq!(harness.authorize(&alice(), keyed.clone()).await.unwrap().outcome, Outcome::Allow);
-    let mut admin = monitor.admin().await;
-    admin.lock_session(pb::LockSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap();
-    // The same request id is decided afresh: denied, and recorded.
-    let replayed = harness.authorize(&alice(), keyed).await.unwrap();
-    assert_eq!(replayed.outcome, Outcome::Deny);
-    assert_eq!(monitor.audit().await.last().unwrap().outcome, pb::Outcome::Deny as i32);
 }
 
 #[tokio::test]

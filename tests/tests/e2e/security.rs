@@ -1,8 +1,6 @@
 //! Fixes of what an outside review found (issue "Security fixes"): each
 //! test is an attack that worked before its fix.
 
-use std::time::Duration;
-
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, Outcome};
 
@@ -23,14 +21,10 @@ async fn until_serving(
     request: impl Fn() -> ActionRequest,
     id: &str,
 ) -> warden_sdk::Decision {
-    for _ in 0..100 {
-        let decision = harness.authorize(actor, request()).await.unwrap();
-        if decision.policy_ids.iter().any(|p| p == id) {
-            return decision;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("policy `{id}` never applied");
+    crate::support::eventually(&format!("policy `{id}` applying"), || async {
+        Some(harness.authorize(actor, request()).await.unwrap()).filter(|d| d.policy_ids.iter().any(|p| p == id))
+    })
+    .await
 }
 
 async fn approve_for_window(monitor: &TestMonitor, token: &str, approval_id: String) -> pb::Approval {

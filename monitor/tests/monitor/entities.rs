@@ -3,8 +3,6 @@
 //! also among the user's ancestors; the decision must see both the
 //! request's own resource and the user's membership in it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::path::Path;
 
 use warden_monitor::decision::{DecisionConfig, Outcome, SessionFacts, decide};

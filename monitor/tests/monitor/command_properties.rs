@@ -3,8 +3,6 @@
 //! sits (pipelines, lists, subshells, substitutions, branches, loops), is
 //! one of the parts the monitor decides.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use proptest::prelude::*;
 use warden_monitor::command::parts;
 use warden_monitor::normalize::ResourceInput;
@@ -15,7 +13,7 @@ fn config(cases: u32) -> ProptestConfig {
 }
 
 fn bundled() -> Programs {
-    Programs::parse(include_str!("../../policies/programs.toml")).unwrap()
+    Programs::parse(include_str!("../../../policies/programs.toml")).unwrap()
 }
 
 /// Shell-ish text: the characters that matter to a shell, much more often

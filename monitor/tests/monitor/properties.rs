@@ -1,8 +1,6 @@
 //! Property tests of the pure request pipeline: path, URL and argv normalization, proto-to-domain
 //! conversion and grant scopes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;

@@ -2,8 +2,6 @@
 //! SIGTERM stops it cleanly, a restart reuses the tokens and the store, and
 //! broken policies stop it from starting.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -4,8 +4,6 @@
 //! and without the index (which also picks the grants that can match), must
 //! agree in outcome, policies, reasons, grants and approval terms.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::collections::BTreeSet;
 use std::path::Path;
 

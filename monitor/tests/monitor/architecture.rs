@@ -2,8 +2,6 @@
 //! cycles, it is the one ARCHITECTURE.md shows, and the pure core imports
 //! neither tonic nor tokio nor sled nor the proto crate.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 

@@ -5,8 +5,6 @@
 //!
 //! Two rounds by default; `WARDEN_SLOW_TESTS=1` runs ten (as `.ci/run` does).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
