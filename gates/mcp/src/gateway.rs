@@ -95,12 +95,14 @@ impl Shared {
         // A session fixed for the client wins over the session header.
         let session = match (&client.session, header) {
             (Some(fixed), _) => Some(fixed.clone()),
-            (None, Some(value)) => Some(
-                value
-                    .to_str()
-                    .map_err(|_| ErrorData::invalid_request("the session header is not text", None))?
-                    .to_owned(),
-            ),
+            // Named by the client, within the client's own sessions: the
+            // token's hash comes first, so that two clients of one user can
+            // never name (and share the labels and windows of) each other's.
+            (None, Some(value)) => Some(format!(
+                "{}/{}",
+                client.token_sha256.chars().take(8).collect::<String>().to_ascii_lowercase(),
+                value.to_str().map_err(|_| ErrorData::invalid_request("the session header is not text", None))?
+            )),
             (None, None) => config.session.clone(),
         };
         let identity = Identity {

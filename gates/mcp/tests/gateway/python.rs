@@ -383,7 +383,9 @@ agent = "cursor"
     assert!(gone["error"].is_object() || gone["is_error"] == true, "{gone}");
     assert_eq!(text(step(&lines, "call_tool", 1)), "Echo: still here", "{lines:#?}");
 
-    // Decisions are made for the token's user and agent, in the session the header names.
+    // Decisions are made for the token's user and agent, in the session the
+    // header names, within the client's own: its token's hash comes first.
+    let own = format!("{}/agent-run-7", &token_sha256[..8]);
     let audit = monitor.audit().await;
     let decisions: Vec<_> = audit.iter().filter(|r| r.kind == "decision").collect();
     assert!(!decisions.is_empty());
@@ -391,7 +393,7 @@ agent = "cursor"
         let actor = record.actor.as_ref().unwrap();
         assert_eq!(
             (actor.user.as_str(), actor.agent.as_str(), actor.session.as_str()),
-            ("alice", "cursor", "agent-run-7")
+            ("alice", "cursor", own.as_str())
         );
     }
 
