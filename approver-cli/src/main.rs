@@ -1103,38 +1103,9 @@ async fn audit_verify(
     // The report, the monitor's public key, and the hash stored at the checkpoint's record.
     let (report, public_key, hash_at) = match data {
         Some(data) => {
-            let path = data.join(warden_monitor::config::STORE_DIR);
-            if !path.is_dir() {
-                bail!("{} holds no store", data.display());
-            }
-            // Applies what the monitor's write-ahead log holds (after a
-            // crash), so that every acknowledged record is verified.
-            let db = warden_monitor::store::open_stopped(&path).with_context(|| {
-                format!("cannot open {} (is the monitor still running? then verify without --data)", path.display())
-            })?;
-            let tree = db.open_tree(warden_monitor::store::trees::AUDIT)?;
-            let report = warden_monitor::store::verify_chain(
-                tree.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
-            );
-            // Read only: a missing key is not created here.
-            let key_path = data.join(warden_monitor::config::CHECKPOINT_KEY_FILE);
-            let public_key = if key_path.is_file() {
-                Some(
-                    warden_monitor::checkpoint::CheckpointKey::load_or_create(&key_path)
-                        .map_err(|e| anyhow::anyhow!(e))?
-                        .public_hex(),
-                )
-            } else {
-                None
-            };
-            let hash_at = match &saved {
-                Some(c) => tree
-                    .get(c.seq.to_be_bytes())?
-                    .and_then(|v| warden_monitor::store::AuditRecord::from_bytes(&v).ok())
-                    .map(|r| r.hash),
-                None => None,
-            };
-            (report, public_key, hash_at)
+            let offline = warden_monitor::verify::verify_offline(&data, saved.as_ref().map(|c| c.seq))
+                .map_err(|e| anyhow::anyhow!(e))?;
+            (offline.report, offline.public_key, offline.hash_at)
         }
         None => {
             let mut admin = connection.admin().await?;

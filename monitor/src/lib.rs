@@ -29,5 +29,6 @@ pub mod redact;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod verify;
 pub mod wal;
 pub mod watch;
