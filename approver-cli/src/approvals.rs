@@ -24,7 +24,8 @@ use tonic::transport::Channel;
 use warden_proto::v1 as pb;
 
 /// An Approvals client with the approver's token.
-pub type ApprovalsClient = pb::approvals_client::ApprovalsClient<InterceptedService<Channel, crate::MaybeToken>>;
+pub type ApprovalsClient =
+    pb::approvals_client::ApprovalsClient<InterceptedService<Channel, crate::connection::MaybeToken>>;
 
 /// Prints the pending approvals.
 pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()> {
@@ -193,7 +194,7 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
     lines.push(format!("approvers: {}", safe(&approvers)));
     lines.push(format!(
         "expires: {} (in {})",
-        time_str(approval.expires_at.as_ref()),
+        crate::format::timestamp_str(approval.expires_at.as_ref()),
         left(approval.expires_at.as_ref())
     ));
     lines.push(format!("request: {} from harness {}", short_hash(&approval.request_hash), safe(&approval.harness)));
@@ -433,8 +434,8 @@ fn approval_json(approval: &pb::Approval) -> serde_json::Value {
         "approvers": approval.approvers,
         "harness": approval.harness,
         "request_hash": approval.request_hash,
-        "created_at": time_str(approval.created_at.as_ref()),
-        "expires_at": time_str(approval.expires_at.as_ref()),
+        "created_at": crate::format::timestamp_str(approval.created_at.as_ref()),
+        "expires_at": crate::format::timestamp_str(approval.expires_at.as_ref()),
         "resolved_by": approval.resolved_by,
         "note": approval.note,
         "outcome": match pb::Outcome::try_from(decision.outcome) {
@@ -450,13 +451,6 @@ fn approval_json(approval: &pb::Approval) -> serde_json::Value {
 fn system_time(t: Option<&prost_types::Timestamp>) -> Option<SystemTime> {
     let t = t?;
     SystemTime::UNIX_EPOCH.checked_add(Duration::new(u64::try_from(t.seconds).ok()?, u32::try_from(t.nanos).ok()?))
-}
-
-fn time_str(t: Option<&prost_types::Timestamp>) -> String {
-    system_time(t)
-        .map(time::OffsetDateTime::from)
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
 }
 
 fn left(t: Option<&prost_types::Timestamp>) -> String {

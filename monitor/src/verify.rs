@@ -33,7 +33,8 @@ pub fn verify_offline(data: &Path, at_seq: Option<u64>) -> Result<OfflineReport,
     let tree = db.open_tree(trees::AUDIT).map_err(|e| e.to_string())?;
     let report = verify_chain(tree.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))));
     let key_path = data.join(CHECKPOINT_KEY_FILE);
-    let public_key = if key_path.is_file() { Some(CheckpointKey::load_or_create(&key_path)?.public_hex()) } else { None };
+    let public_key =
+        if key_path.is_file() { Some(CheckpointKey::load_or_create(&key_path)?.public_hex()) } else { None };
     let hash_at = match at_seq {
         Some(seq) => tree
             .get(seq.to_be_bytes())

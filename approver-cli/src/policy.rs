@@ -1,0 +1,175 @@
+//! `wardenctl policy`: check, test and format a policy folder; the monitor's policy status.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use warden_proto::v1 as pb;
+
+use crate::format::*;
+
+pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "policy_version": status.policy_version, "loaded_at": timestamp_str(status.loaded_at.as_ref()),
+                "files": status.files, "policies": status.policies, "error": status.error,
+                "error_at": timestamp_str(status.error_at.as_ref()), "warnings": status.warnings })
+        );
+        return;
+    }
+    println!(
+        "policy version {}  ({} policies, loaded {})",
+        status.policy_version,
+        status.policies,
+        timestamp_str(status.loaded_at.as_ref())
+    );
+    println!("  files: {}", status.files.join(", "));
+    for warning in &status.warnings {
+        println!("  warning: {warning}");
+    }
+    if !status.error.is_empty() {
+        println!(
+            "  LAST RELOAD FAILED ({}), the version above keeps serving:",
+            timestamp_str(status.error_at.as_ref())
+        );
+        for line in status.error.lines() {
+            println!("    {line}");
+        }
+    }
+}
+
+pub(crate) fn policy_test(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    use warden_monitor::policytest::{load_suites, run_suite};
+    let snapshot = match warden_monitor::policy::PolicySnapshot::load(dir) {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            for diagnostic in &error.diagnostics {
+                eprintln!("error: {}", diagnostic.render());
+            }
+            anyhow::bail!("{} does not load, so its tests cannot run", dir.display());
+        }
+    };
+    let suites = load_suites(&dir.join("tests"))?;
+    let config = warden_monitor::decision::DecisionConfig::default();
+    let (mut passed, mut failed) = (0, 0);
+    let mut report = Vec::new();
+    for (path, suite) in &suites {
+        let results = run_suite(&snapshot, suite, &config);
+        let suite_failed = results.iter().filter(|r| !r.passed()).count();
+        passed += results.len() - suite_failed;
+        failed += suite_failed;
+        if json {
+            let cases: Vec<serde_json::Value> = results
+                .iter()
+                .map(|r| serde_json::json!({ "name": r.name, "passed": r.passed(), "failures": r.failures, "actual": r.actual }))
+                .collect();
+            report
+                .push(serde_json::json!({ "suite": suite.suite, "file": path.display().to_string(), "cases": cases }));
+            continue;
+        }
+        for result in results.iter().filter(|r| !r.passed()) {
+            println!("FAIL {} / {}", suite.suite, result.name);
+            for failure in &result.failures {
+                println!("     {failure}");
+            }
+            println!("     got: {}", result.actual);
+        }
+        println!("{}: {} passed, {suite_failed} failed", suite.suite, results.len() - suite_failed);
+    }
+    if json {
+        println!("{}", serde_json::json!({ "passed": passed, "failed": failed, "suites": report }));
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+pub(crate) fn policy_fmt(dir: &std::path::Path, check: bool) -> anyhow::Result<ExitCode> {
+    let config = cedar_policy_formatter::Config { line_width: 100, indent_width: 2 };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cedar"))
+        .collect();
+    paths.sort();
+    let mut unformatted = 0;
+    for path in paths {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let pretty = cedar_policy_formatter::policies_str_to_pretty(&text, &config)
+            .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        if pretty != text {
+            unformatted += 1;
+            if check {
+                println!("not formatted: {}", path.display());
+            } else {
+                std::fs::write(&path, pretty).with_context(|| format!("writing {}", path.display()))?;
+                println!("formatted {}", path.display());
+            }
+        }
+    }
+    Ok(if check && unformatted > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
+    use warden_monitor::policy::PolicySnapshot;
+    match PolicySnapshot::load(dir) {
+        Ok(snapshot) => {
+            let summary = snapshot.summary();
+            if json {
+                let warnings: Vec<String> = snapshot.warnings.iter().map(ToString::to_string).collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "ok": true,
+                        "policy_version": snapshot.version,
+                        "files": snapshot.files,
+                        "policies": summary.policies,
+                        "permits": summary.permits,
+                        "forbids": summary.forbids,
+                        "by_action": summary.by_action,
+                        "missing_reason": summary.missing_reason,
+                        "warnings": warnings,
+                    })
+                );
+            } else {
+                for warning in &snapshot.warnings {
+                    println!("warning: {}", warning.render());
+                }
+                println!(
+                    "{}: {} policies ({} permit, {} forbid) in {} files, version {}",
+                    dir.display(),
+                    summary.policies,
+                    summary.permits,
+                    summary.forbids,
+                    snapshot.files.len(),
+                    snapshot.version
+                );
+                for (action, count) in &summary.by_action {
+                    println!("  {action}: {count}");
+                }
+                if !summary.missing_reason.is_empty() {
+                    println!("  without @reason: {}", summary.missing_reason.join(", "));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            if json {
+                let errors: Vec<String> = error.diagnostics.iter().map(ToString::to_string).collect();
+                println!("{}", serde_json::json!({ "ok": false, "errors": errors }));
+            } else {
+                for diagnostic in &error.diagnostics {
+                    eprintln!("error: {}", diagnostic.render());
+                }
+                eprintln!(
+                    "{}: {} error(s); the monitor would not load this folder",
+                    dir.display(),
+                    error.diagnostics.len()
+                );
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
