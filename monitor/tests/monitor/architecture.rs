@@ -39,18 +39,35 @@ fn uses(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     found
 }
 
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
+/// The top-level modules of `src/` (a file `m.rs`, or a folder `m/` with
+/// `mod.rs`), each with the text of all its files.
+fn modules() -> BTreeMap<String, String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let modules: BTreeSet<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".rs")).map(str::to_owned))
-        .filter(|m| m != "lib" && m != "main")
-        .collect();
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(module) = name.strip_suffix(".rs") {
+            if module != "lib" && module != "main" {
+                out.insert(module.to_owned(), source(&path));
+            }
+        } else if path.join("mod.rs").is_file() {
+            let mut files: Vec<_> = std::fs::read_dir(&path).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            files.sort();
+            let text = files.iter().filter(|f| f.extension().is_some_and(|e| e == "rs")).map(|f| source(f)).collect();
+            out.insert(name, text);
+        }
+    }
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let modules = modules();
+    let names: BTreeSet<String> = modules.keys().cloned().collect();
     modules
         .iter()
-        .map(|m| {
-            let mut deps = uses(&source(&dir.join(format!("{m}.rs"))), &modules);
+        .map(|(m, text)| {
+            let mut deps = uses(text, &names);
             deps.remove(m);
             (m.clone(), deps)
         })
@@ -119,10 +136,10 @@ fn architecture_md_shows_the_module_graph() {
 
 #[test]
 fn the_core_imports_no_transport_store_or_runtime() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let graph = graph();
+    let sources = modules();
     for module in CORE {
-        let text = source(&dir.join(format!("{module}.rs")));
+        let text = sources.get(*module).unwrap_or_else(|| panic!("no core module `{module}`"));
         for banned in ["tonic", "tokio", "sled", "warden_proto", "hyper", "tower"] {
             assert!(
                 !text.contains(&format!("{banned}::")) && !text.contains(&format!("use {banned}")),

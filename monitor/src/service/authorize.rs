@@ -1,0 +1,361 @@
+//! Authorize, Preview and AwaitDecision: deciding, remembering under the request id, and waiting.
+
+use super::*;
+
+impl Monitor {
+    /// Decides one request for a harness and records it durably before
+    /// answering. The same `request_id` from the same harness gets the same
+    /// decision back (or, when it waited for approval, how that ended)
+    /// without a second record.
+    pub async fn authorize(&self, caller: &Caller, input: RequestInput) -> Result<DecisionRecord, CallError> {
+        if !caller.may_act_for(&input.actor.user) {
+            return Err(CallError::PermissionDenied(format!(
+                "credential `{}` may not act for user `{}`",
+                caller.name, input.actor.user
+            )));
+        }
+        // Bad input is refused before it costs anyone a token or a bucket.
+        let request = match normalize(&input) {
+            Ok(request) => request,
+            Err(invalid) => return Err(self.refuse_invalid(caller, invalid).await),
+        };
+        self.rate_limit(caller, &request.actor).await?;
+        let request_hash = request_hash(&input);
+        let now = self.now();
+        let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
+        let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
+        // What the policies say now, before the cap on waiting approvals
+        // (which a replay of a waiting request would itself count towards).
+        let fresh = evaluation.outcome;
+        if evaluation.outcome == Outcome::Pending
+            && let Some(full) = self.approvals_full(caller, &request.actor, unix_ns(now))?
+        {
+            evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
+        }
+        let decided = Decided {
+            caller,
+            input: &input,
+            request: &request,
+            request_hash,
+            snapshot: &snapshot,
+            evaluation: &evaluation,
+            now_ns: unix_ns(now),
+            request_id: if input.request_id.is_empty() {
+                format!("wdn-{}", uuid::Uuid::new_v4())
+            } else {
+                input.request_id.clone()
+            },
+            approval_id: match evaluation.outcome {
+                Outcome::Pending => format!("apr-{}", uuid::Uuid::new_v4()),
+                _ => String::new(),
+            },
+        };
+        // The writer looks the idempotency key up (the service does not read
+        // it first: a replay is rare, a lookup on every request is not) and
+        // answers a replay instead of appending. No replay once the session
+        // is locked, or once a grant the earlier decision relied on is gone:
+        // then this decision is recorded under the key instead.
+        let actor = &input.actor;
+        let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
+        loop {
+            let earlier = match self.store.commit(decided.commit(replay)).await? {
+                Committed::New { decision: Some(decision), .. } => {
+                    // Every decision is in the audit log; this line only at
+                    // debug level (WARDEN_LOG=debug): at thousands a second,
+                    // a line each on stderr cost more than the decision.
+                    tracing::debug!(
+                        outcome = decision.outcome.as_str(),
+                        action = %request.action,
+                        resource = %request.resource.display_uid(),
+                        user = %request.actor.user,
+                        audit_seq = decision.audit_seq,
+                        "decided"
+                    );
+                    return Ok(decision);
+                }
+                Committed::Replay(earlier) => earlier,
+                Committed::KeyReused(earlier) if earlier.request_hash == legacy_request_hash(&input) => {
+                    earlier.decision
+                }
+                Committed::KeyReused(_) => return Err(key_reused(&decided.request_id)),
+                other => return Err(unexpected(other)),
+            };
+            // The remembered decision stands while a fresh one says the
+            // same: a change of what it depended on beyond the policy
+            // version (the session's labels, a grant gone or new, the
+            // user's rights) is decided afresh and recorded under the key.
+            if earlier.outcome == fresh && self.grants_active(&earlier.grant_ids, decided.now_ns) {
+                // A lock that came while the commit waited for its batch
+                // still stops an ALLOW.
+                return Ok(self.unless_locked(actor, self.current(earlier).await?));
+            }
+            replay = false;
+        }
+    }
+
+    /// What [`Monitor::authorize`] would answer now for the actor and action
+    /// on each resource, with a fresh request id: the same checks (the
+    /// credential's users, rate limits, validation, the session's owner,
+    /// lockdown, grants, labels, the cap on waiting approvals) and the same
+    /// decision, but no side effect: no label is added, no approval waits,
+    /// no idempotency record is kept. One audit record (`preview`) lists
+    /// every resource and its outcome, and is durable before the answer.
+    pub async fn preview(&self, caller: &Caller, input: PreviewInput) -> Result<PreviewOutcomes, CallError> {
+        if !caller.may_act_for(&input.actor.user) {
+            return Err(CallError::PermissionDenied(format!(
+                "credential `{}` may not act for user `{}`",
+                caller.name, input.actor.user
+            )));
+        }
+        if input.resources.len() > MAX_PREVIEW_RESOURCES {
+            return Err(InvalidInput::new(
+                "resources",
+                format!("has {} entries (at most {MAX_PREVIEW_RESOURCES})", input.resources.len()),
+            )
+            .into());
+        }
+        let requests = input
+            .resources
+            .into_iter()
+            .enumerate()
+            .map(|(i, resource)| {
+                let one = RequestInput {
+                    request_id: String::new(),
+                    actor: input.actor.clone(),
+                    action: input.action.clone(),
+                    resource,
+                    justification: String::new(),
+                    context_json: String::new(),
+                };
+                normalize(&one).map_err(|e| match e.field.strip_prefix("resource") {
+                    Some(rest) => InvalidInput { field: format!("resources[{i}]{rest}"), message: e.message },
+                    None => e,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>();
+        let (requests, actor) = match requests.and_then(|r| Ok((r, crate::normalize::normalize_actor(&input.actor)?))) {
+            Ok(valid) => valid,
+            Err(invalid) => return Err(self.refuse_invalid(caller, invalid).await),
+        };
+        self.rate_limit(caller, &actor).await?;
+        let now = self.now();
+        let (snapshot, facts) = self.facts(&input.actor, &caller.name)?;
+        let mut waiting: Option<Option<String>> = None;
+        let mut results = Vec::with_capacity(requests.len());
+        for request in &requests {
+            let mut evaluation = decide(&snapshot, request, &facts, now, &self.config.decision)?;
+            if evaluation.outcome == Outcome::Pending {
+                let full = match &waiting {
+                    Some(full) => full.clone(),
+                    None => waiting.insert(self.approvals_full(caller, &input.actor, unix_ns(now))?).clone(),
+                };
+                if let Some(full) = full {
+                    evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
+                }
+            }
+            results.push((request, evaluation));
+        }
+        // Authorize answers ALLOW only if no lock came while its record was
+        // written; the same holds here.
+        let locked = self.lock_of(&input.actor.session, &input.actor.user, &input.actor.agent).is_some();
+        let outcomes: Vec<Outcome> = results
+            .iter()
+            .map(|(_, e)| if locked && e.outcome == Outcome::Allow { Outcome::Deny } else { e.outcome })
+            .collect();
+        let listed: Vec<serde_json::Value> = results
+            .iter()
+            .zip(&outcomes)
+            .map(|((request, evaluation), outcome)| {
+                serde_json::json!({
+                    "resource": request.resource.display_uid(),
+                    "outcome": outcome.as_str(),
+                    "policy_ids": evaluation.policy_ids,
+                })
+            })
+            .collect();
+        let entry = AuditEntry {
+            time_unix_ns: unix_ns(now),
+            kind: "preview".into(),
+            caller: caller.name.clone(),
+            actor: Some(input.actor.clone()),
+            action: input.action.clone(),
+            resource: format!("{} resources", requests.len()),
+            request: serde_json::to_string(&listed).unwrap_or_default(),
+            policy_version: snapshot.version.clone(),
+            ..AuditEntry::default()
+        };
+        self.store.commit(Commit::record(entry)).await?;
+        Ok(PreviewOutcomes { outcomes, policy_version: snapshot.version.clone() })
+    }
+
+    /// A remembered decision as it stands now (a PENDING one whose approval
+    /// was resolved is answered with the final decision), once durable.
+    pub(super) async fn current(&self, decision: DecisionRecord) -> Result<DecisionRecord, CallError> {
+        let decision = match self.store.approval(&decision.approval_id)? {
+            Some(approval) if decision.outcome == Outcome::Pending => approval.decision,
+            _ => decision,
+        };
+        self.store.wait_durable(decision.audit_seq).await?;
+        Ok(decision)
+    }
+
+    /// Waits up to `timeout` for an approval to be resolved and returns its
+    /// decision: final as soon as it is resolved or expires (pushed, not
+    /// polled), still PENDING when the timeout passes.
+    pub async fn await_decision(
+        &self,
+        caller: &Caller,
+        approval_id: &str,
+        timeout: Duration,
+    ) -> Result<DecisionRecord, CallError> {
+        check_approval_id(approval_id)?;
+        // Subscribe before reading, so that a resolution cannot fall between.
+        let mut events = self.store.approval_events();
+        let approval = self.approval_for_harness(caller, approval_id)?;
+        if approval.state != ApprovalState::Pending {
+            self.store.wait_durable(approval.decision.audit_seq).await?;
+            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
+        }
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_AWAIT);
+        let mut shutdown = self.shutdown();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => break,
+                () = shutdown.stopped() => break,
+                event = events.recv() => match event {
+                    Ok(ApprovalEvent { approval }) if approval.approval_id == approval_id => {
+                        if approval.state != ApprovalState::Pending {
+                            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Missed events: look at the store instead.
+                        if let Some(now) = self.store.approval(approval_id)?
+                            && now.state != ApprovalState::Pending
+                        {
+                            self.store.wait_durable(now.decision.audit_seq).await?;
+                            return Ok(self.unless_locked(&now.request.actor, now.decision));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+            }
+        }
+        let approval = self.store.approval(approval_id)?.unwrap_or(approval);
+        self.store.wait_durable(approval.decision.audit_seq).await?;
+        Ok(self.unless_locked(&approval.request.actor, approval.decision))
+    }
+
+    pub(super) fn approval_for_harness(&self, caller: &Caller, approval_id: &str) -> Result<ApprovalRecord, CallError> {
+        let Some(approval) = self.store.approval(approval_id)? else {
+            return Err(CallError::NotFound(format!("approval `{approval_id}` does not exist")));
+        };
+        // Only the harness that asked waits for the answer.
+        if approval.harness != caller.name || !caller.may_act_for(&approval.request.actor.user) {
+            return Err(CallError::PermissionDenied(format!(
+                "approval `{approval_id}` belongs to another harness than `{}`",
+                caller.name
+            )));
+        }
+        Ok(approval)
+    }
+}
+
+/// A decision made for an `Authorize` call, and what goes with it into the
+/// store.
+pub(super) struct Decided<'a> {
+    caller: &'a Caller,
+    input: &'a RequestInput,
+    request: &'a NormalizedRequest,
+    request_hash: String,
+    snapshot: &'a PolicySnapshot,
+    evaluation: &'a Evaluation,
+    now_ns: i64,
+    request_id: String,
+    approval_id: String,
+}
+
+impl Decided<'_> {
+    /// The audit record, the decision to remember under the request id, the
+    /// approval to wait for and the session's new labels, as one commit;
+    /// `replay`: whether an earlier decision under the same request id may
+    /// be answered instead.
+    fn commit(&self, replay: bool) -> Commit {
+        let Decided { caller, input, request, snapshot, evaluation, now_ns, .. } = *self;
+        let expires = evaluation
+            .approval
+            .as_ref()
+            .map(|terms| now_ns.saturating_add(i64::try_from(terms.timeout.as_nanos()).unwrap_or(i64::MAX)));
+        let decision = DecisionRecord {
+            request_id: self.request_id.clone(),
+            outcome: evaluation.outcome,
+            policy_ids: evaluation.policy_ids.clone(),
+            reasons: evaluation.reasons.clone(),
+            approval_id: self.approval_id.clone(),
+            expires_at_unix_ns: expires,
+            grant_ids: evaluation.grant_ids.clone(),
+            policy_version: snapshot.version.clone(),
+            audit_seq: 0,
+            resolved_by: String::new(),
+            note: String::new(),
+        };
+        let labels = if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] };
+        let session = SessionChange::Touch {
+            key: SessionKey::of(&request.actor, &self.caller.name),
+            agent: request.actor.agent.clone(),
+            add: labels,
+        };
+        let approval = evaluation.approval.as_ref().map(|terms| ApprovalRecord {
+            approval_id: self.approval_id.clone(),
+            input: input.clone(),
+            request: request.clone(),
+            request_hash: self.request_hash.clone(),
+            request_id: self.request_id.clone(),
+            harness: caller.name.clone(),
+            policy_ids: evaluation.policy_ids.clone(),
+            // What the approver approves: the whole command, every part.
+            reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
+            permit_ids: terms.permit_ids.clone(),
+            approvers: terms.approvers.clone(),
+            policy_version: snapshot.version.clone(),
+            created_unix_ns: now_ns,
+            expires_unix_ns: expires.unwrap_or(now_ns),
+            audit_seq: 0,
+            state: ApprovalState::Pending,
+            resolved_by: String::new(),
+            note: String::new(),
+            resolved_unix_ns: None,
+            decision: decision.clone(),
+        });
+        let entry = AuditEntry {
+            time_unix_ns: now_ns,
+            kind: "decision".into(),
+            caller: caller.name.clone(),
+            actor: Some(request.actor.clone()),
+            action: request.action.clone(),
+            resource: request.resource.display_uid(),
+            request: serde_json::to_string(&request.for_display()).unwrap_or_default(),
+            outcome: evaluation.outcome.as_str().into(),
+            policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
+            // Every part of a command and how it was decided.
+            reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
+            policy_version: snapshot.version.clone(),
+            request_id: self.request_id.clone(),
+            approval_id: self.approval_id.clone(),
+        };
+        let guard = if input.request_id.is_empty() {
+            Guard::None
+        } else {
+            Guard::NewRequest {
+                harness: caller.name.clone(),
+                request_id: input.request_id.clone(),
+                request_hash: self.request_hash.clone(),
+                now_unix_ns: now_ns,
+                policy_version: snapshot.version.clone(),
+                replay,
+            }
+        };
+        Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) }
+    }
+}

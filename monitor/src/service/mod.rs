@@ -1,0 +1,573 @@
+//! What the monitor does for each call, proto-free: authorize (idempotency,
+//! normalization, decision, durable audit), wait for and resolve approvals,
+//! expire them, read and verify the audit log. The gRPC layer converts to and
+//! from these types.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tokio::sync::broadcast;
+
+use crate::auth::Caller;
+use crate::decision::{DecisionConfig, Evaluation, Outcome, SessionFacts, decide, decide_approved};
+use crate::grants::{Grant, GrantBook, Scope, compile, parse_scope};
+use crate::normalize::{Actor, InvalidInput, NormalizedRequest, RequestInput, ResourceInput, limits, normalize};
+use crate::policy::PolicySnapshot;
+use crate::store::{
+    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, Commit, Committed, DecisionRecord, GrantChange, Guard,
+    Lock, LockChange, SessionChange, SessionKey, SessionRecord, Store, StoreError, VerifyReport,
+};
+
+mod approvals;
+mod audit;
+mod authorize;
+mod grants;
+mod policies;
+mod sessions;
+
+use policies::status_of;
+
+/// The longest an `AwaitDecision` call blocks.
+pub const MAX_AWAIT: Duration = Duration::from_secs(300);
+/// How often the sweeper looks for approvals past their deadline.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// Why a call failed. Each maps to one gRPC status in `grpc`.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Bad input, naming the field.
+    #[error(transparent)]
+    InvalidArgument(#[from] InvalidInput),
+    /// The caller may not do this.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// What was asked about does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is valid but the state does not allow it (resolving twice).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Too many requests: try again after the given time.
+    #[error("{message}")]
+    RateLimited {
+        /// What was exceeded.
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The store failed: nothing is allowed without a durable record.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Tells long-running calls (waits, followed streams) that the monitor is
+/// stopping, so that shutdown never waits on a client.
+#[derive(Debug, Clone)]
+pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+impl Shutdown {
+    /// A signal and the switch that fires it.
+    pub fn new() -> (tokio::sync::watch::Sender<bool>, Self) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (tx, Self(rx))
+    }
+
+    /// Resolves once the monitor is stopping (or the switch is gone).
+    pub async fn stopped(&mut self) {
+        let _ = self.0.wait_for(|stopping| *stopping).await;
+    }
+}
+
+/// How an approver answers.
+#[derive(Debug, Clone, Default)]
+pub struct Resolution {
+    /// The approval.
+    pub approval_id: String,
+    /// Approve (true) or deny.
+    pub approve: bool,
+    /// A note; on a denial, the message for the agent.
+    pub note: String,
+    /// Approve for a window: not available before grants exist.
+    pub grant_for_seconds: u64,
+    /// The scope of that window.
+    pub grant_scope: String,
+    /// When set, the approval must be for exactly this request (the hash the
+    /// approver was shown), else nothing is resolved.
+    pub request_hash: String,
+}
+
+/// Most resources one `Preview` call may ask about.
+pub const MAX_PREVIEW_RESOURCES: usize = 1024;
+
+/// One actor and action on several resources: what `Authorize` would answer
+/// for each, asked without acting.
+#[derive(Debug, Clone)]
+pub struct PreviewInput {
+    /// Who would act.
+    pub actor: Actor,
+    /// The Cedar action id.
+    pub action: String,
+    /// The resources, as `Authorize` takes them.
+    pub resources: Vec<ResourceInput>,
+}
+
+/// The answer to a `Preview`: one outcome per resource, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviewOutcomes {
+    /// One per resource asked about.
+    pub outcomes: Vec<Outcome>,
+    /// The policies that decided.
+    pub policy_version: String,
+}
+
+/// The clock the monitor decides by; tests move it.
+pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// Settings of the monitor beyond the policies.
+#[derive(Clone)]
+pub struct MonitorConfig {
+    /// The policy folder, read again on reload.
+    pub policy_dir: std::path::PathBuf,
+    /// Decision settings.
+    pub decision: DecisionConfig,
+    /// The longest a grant may last.
+    pub max_grant: Duration,
+    /// The clock.
+    pub clock: Clock,
+    /// Per-session rate limit (off when `None`).
+    pub session_rate: Option<crate::ratelimit::Rate>,
+    /// Most approvals one session may have waiting at once.
+    pub max_pending_per_session: usize,
+    /// Most approvals one harness credential may have waiting at once (so
+    /// that one harness, over many sessions, cannot flood the approvers).
+    pub max_pending_per_harness: usize,
+}
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        Self {
+            policy_dir: std::path::PathBuf::from(crate::config::DEFAULT_POLICIES),
+            decision: DecisionConfig::default(),
+            max_grant: Duration::from_secs(7 * 86_400),
+            clock: system_clock(),
+            session_rate: None,
+            max_pending_per_session: 20,
+            max_pending_per_harness: 100,
+        }
+    }
+}
+
+/// A grant to create, as an admin (or an approver, for a window) asks.
+#[derive(Debug, Clone, Default)]
+pub struct GrantRequest {
+    /// Whose sessions.
+    pub user: String,
+    /// Only this session.
+    pub session: String,
+    /// Only this agent kind.
+    pub agent: String,
+    /// Actions.
+    pub actions: Vec<String>,
+    /// `KIND:ID`.
+    pub resource_scope: String,
+    /// How long.
+    pub ttl_seconds: u64,
+    /// Why.
+    pub reason: String,
+    /// For a window an approver grants, the approver's groups (see
+    /// [`Grant::approver_groups`]); `None` for an admin's grant.
+    pub approver_groups: Option<Vec<String>>,
+    /// Only the sessions of this harness credential (see [`Grant::harness`]);
+    /// empty for an admin's grant.
+    pub harness: String,
+}
+
+/// What a lock targets: exactly one of session, user, agent.
+#[derive(Debug, Clone, Default)]
+pub struct LockTarget {
+    /// A session id.
+    pub session: String,
+    /// A user.
+    pub user: String,
+    /// An agent kind.
+    pub agent: String,
+}
+
+impl LockTarget {
+    fn key(&self) -> Result<String, InvalidInput> {
+        let set: Vec<(&str, &String)> = [("session", &self.session), ("user", &self.user), ("agent", &self.agent)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        match set.as_slice() {
+            [(kind, id)] => {
+                if id.len() > limits::ID_BYTES || id.chars().any(char::is_control) {
+                    return Err(InvalidInput::new(*kind, "is not a valid id"));
+                }
+                Ok(format!("{kind}:{id}"))
+            }
+            [] => Err(InvalidInput::new("session", "give one of session, user or agent")),
+            _ => Err(InvalidInput::new("session", "give only one of session, user or agent")),
+        }
+    }
+}
+
+/// Which session an admin means: a session id, and, where several harnesses
+/// or users use that id, whose.
+#[derive(Debug, Clone, Default)]
+pub struct SessionQuery {
+    /// The session id.
+    pub session: String,
+    /// Its user (empty: any).
+    pub user: String,
+    /// Its harness credential (empty: any).
+    pub harness: String,
+}
+
+/// A session as an admin sees it.
+#[derive(Debug, Clone, Default)]
+pub struct SessionView {
+    /// The record (labels, user, agent).
+    pub record: SessionRecord,
+    /// Why it is locked, if it is.
+    pub lock: Option<String>,
+}
+
+/// The result of a lock or unlock.
+#[derive(Debug, Clone, Default)]
+pub struct LockOutcome {
+    /// `session:ID`, `user:ID` or `agent:ID`.
+    pub target: String,
+    /// Locked now.
+    pub locked: bool,
+    /// Pending approvals denied by the lock.
+    pub denied_approvals: Vec<String>,
+}
+
+/// What `PolicyStatus` reports.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyStatusView {
+    /// The version serving.
+    pub version: String,
+    /// When it was loaded.
+    pub loaded_at_unix_ns: i64,
+    /// Its files.
+    pub files: Vec<String>,
+    /// How many policies.
+    pub policies: usize,
+    /// The last failed load, with file and line; empty after a good one.
+    pub error: String,
+    /// When that failure happened.
+    pub error_at_unix_ns: Option<i64>,
+    /// Validator warnings, and what the team should know (no forbid at all,
+    /// grants that no longer fit).
+    pub warnings: Vec<String>,
+}
+
+/// Signed checkpoints: the key, where periodic ones are appended, how often.
+pub struct Checkpoints {
+    /// The signing key (kept outside the store).
+    pub key: crate::checkpoint::CheckpointKey,
+    /// `checkpoints.jsonl` in the data folder, outside the store.
+    pub log: std::path::PathBuf,
+    /// How often the head is signed (when it moved), and on shutdown.
+    pub every: Duration,
+}
+
+/// The monitor's state shared by every call.
+pub struct Monitor {
+    limiter: crate::ratelimit::Limiter,
+    checkpoints: Option<Checkpoints>,
+    status: RwLock<PolicyStatusView>,
+    snapshot: RwLock<Arc<PolicySnapshot>>,
+    store: Store,
+    config: MonitorConfig,
+    grants: RwLock<GrantBook>,
+    locks: RwLock<HashMap<String, Lock>>,
+    /// Serializes admin changes to grants and locks with their in-memory copies.
+    admin: tokio::sync::Mutex<()>,
+    shutdown: Shutdown,
+}
+
+/// A read of a lock that a panicking writer left poisoned is still whole.
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Monitor {
+    /// A monitor deciding with `snapshot` and recording in `store`, with the
+    /// grants and locks the store holds.
+    pub fn new(
+        snapshot: PolicySnapshot,
+        store: Store,
+        config: MonitorConfig,
+        shutdown: Shutdown,
+    ) -> Result<Self, StoreError> {
+        let (grants, problems) = GrantBook::load(store.grants()?, &snapshot);
+        for (grant_id, problem) in &problems {
+            tracing::warn!(%grant_id, %problem, "a stored grant no longer fits the policies and does not apply");
+        }
+        let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
+        let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
+        Ok(Self {
+            limiter: crate::ratelimit::Limiter::default(),
+            checkpoints: None,
+            status: RwLock::new(status),
+            snapshot: RwLock::new(Arc::new(snapshot)),
+            store,
+            config,
+            grants: RwLock::new(grants),
+            locks: RwLock::new(locks),
+            admin: tokio::sync::Mutex::new(()),
+            shutdown,
+        })
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        (self.config.clock)()
+    }
+
+    /// The policies in force and what the decision needs to know of the
+    /// session beyond the request. The policies and the grants compiled
+    /// against them are read together, so a request never sees half a reload.
+    fn facts(&self, actor: &Actor, harness: &str) -> Result<(Arc<PolicySnapshot>, SessionFacts), StoreError> {
+        // A session is its harness's and user's (the key), so no other
+        // harness or user can reach its labels by naming its id; within it,
+        // it belongs to the agent that first used it.
+        let record = self.store.session(&SessionKey::of(actor, harness))?;
+        let claimed = record.as_ref().filter(|r| r.agent != actor.agent).map(|r| {
+            format!("session `{}` belongs to agent `{}`, not to agent `{}`", actor.session, r.agent, actor.agent)
+        });
+        let (snapshot, grants) = {
+            let snapshot = read(&self.snapshot);
+            (Arc::clone(&snapshot), read(&self.grants).for_user(&actor.user))
+        };
+        let facts = SessionFacts {
+            labels: record.map(|r| r.labels).unwrap_or_default(),
+            harness: harness.to_owned(),
+            grants,
+            blocked: claimed.or_else(|| self.lock_of(&actor.session, &actor.user, &actor.agent)),
+        };
+        Ok((snapshot, facts))
+    }
+
+    /// Applies the harness's and the session's rate limits; the first refusal
+    /// of a burst is audited, the rest are not.
+    async fn rate_limit(&self, caller: &Caller, actor: &Actor) -> Result<(), CallError> {
+        let now = std::time::Instant::now();
+        let checks = [
+            caller.rate.map(|rate| (format!("harness:{}", caller.name), rate, format!("credential `{}`", caller.name))),
+            // A session's bucket is its harness's and user's: no harness
+            // can spend another's (or another user's) budget by naming
+            // the same session id. Ids hold no control characters, so the
+            // NUL separators are unambiguous.
+            self.config.session_rate.map(|rate| {
+                (
+                    format!("session:{}\0{}\0{}", caller.name, actor.user, actor.session),
+                    rate,
+                    format!("session `{}`", actor.session),
+                )
+            }),
+        ];
+        for (key, rate, who) in checks.into_iter().flatten() {
+            if let Err(limited) = self.limiter.take(&key, rate, now) {
+                let message = format!(
+                    "rate limit of {}/s (burst {}) for {who} exceeded; retry in {} ms",
+                    rate.per_second,
+                    rate.burst,
+                    limited.retry_after.as_millis()
+                );
+                if limited.first {
+                    let entry = AuditEntry {
+                        time_unix_ns: unix_ns(self.now()),
+                        kind: "rate-limited".into(),
+                        caller: caller.name.clone(),
+                        actor: Some(actor.clone()),
+                        reasons: vec![message.clone()],
+                        policy_version: self.snapshot().version.clone(),
+                        ..AuditEntry::default()
+                    };
+                    self.store.commit(Commit::record(entry)).await?;
+                }
+                return Err(CallError::RateLimited { message, retry_after: limited.retry_after });
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that an authenticated harness sent bad input (at most a
+    /// burst of ten, then one a second per harness: a harness cannot fill
+    /// the log this way), and returns the error for the caller. The record
+    /// holds the error, shortened and with control characters escaped: the
+    /// input itself is what was wrong with it.
+    async fn refuse_invalid(&self, caller: &Caller, invalid: InvalidInput) -> CallError {
+        const RECORDED: crate::ratelimit::Rate = crate::ratelimit::Rate { per_second: 1.0, burst: 10 };
+        let key = format!("invalid:{}", caller.name);
+        if self.limiter.take(&key, RECORDED, std::time::Instant::now()).is_ok() {
+            let mut message: String = invalid.to_string().escape_debug().collect();
+            if message.len() > 512 {
+                let cut = (0..=512).rev().find(|&i| message.is_char_boundary(i)).unwrap_or(0);
+                message.truncate(cut);
+                message.push('…');
+            }
+            let entry = AuditEntry {
+                time_unix_ns: unix_ns(self.now()),
+                kind: "invalid-request".into(),
+                caller: caller.name.clone(),
+                reasons: vec![message],
+                policy_version: self.snapshot().version.clone(),
+                ..AuditEntry::default()
+            };
+            if let Err(e) = self.store.commit(Commit::record(entry)).await {
+                return e.into();
+            }
+        }
+        invalid.into()
+    }
+
+    /// Why a new approval may not wait, when the session or the harness
+    /// already has as many waiting as it may (past their deadline, they no
+    /// longer count).
+    fn approvals_full(&self, caller: &Caller, actor: &Actor, now_ns: i64) -> Result<Option<String>, StoreError> {
+        let waiting = self.store.pending_count(&SessionKey::of(actor, &caller.name), now_ns)?;
+        if waiting >= self.config.max_pending_per_session {
+            return Ok(Some(format!(
+                "session `{}` already has {waiting} approvals waiting (at most {}): denied without asking",
+                actor.session, self.config.max_pending_per_session
+            )));
+        }
+        let of_harness = self.store.pending_count_of_harness(&caller.name, now_ns)?;
+        if of_harness >= self.config.max_pending_per_harness {
+            return Ok(Some(format!(
+                "credential `{}` already has {of_harness} approvals waiting (at most {}): denied without asking",
+                caller.name, self.config.max_pending_per_harness
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Whether every grant in `ids` is still active.
+    fn grants_active(&self, ids: &[String], now: i64) -> bool {
+        let book = read(&self.grants);
+        ids.iter().all(|id| book.get(id).is_some_and(|g| g.expires_unix_ns > now))
+    }
+
+    /// A decision as it may be handed out now: denied if the session, its
+    /// user or its agent kind has been locked since.
+    fn unless_locked(&self, actor: &Actor, mut decision: DecisionRecord) -> DecisionRecord {
+        if decision.outcome == Outcome::Allow
+            && let Some(lock) = self.lock_of(&actor.session, &actor.user, &actor.agent)
+        {
+            decision.outcome = Outcome::Deny;
+            decision.reasons.push(lock);
+        }
+        decision
+    }
+
+    /// Why the session, its user or its agent kind is locked.
+    fn lock_of(&self, session: &str, user: &str, agent: &str) -> Option<String> {
+        let locks = read(&self.locks);
+        [("session", session), ("user", user), ("agent", agent)].into_iter().find_map(|(kind, id)| {
+            locks.get(&format!("{kind}:{id}")).map(|lock| {
+                let why = if lock.reason.is_empty() { String::new() } else { format!(": {}", lock.reason) };
+                format!("{kind} `{id}` is locked by `{}`{why}", lock.locked_by)
+            })
+        })
+    }
+
+    /// The shutdown signal.
+    pub fn shutdown(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// The policy snapshot in force. Calls keep the one they started with.
+    pub fn snapshot(&self) -> Arc<PolicySnapshot> {
+        Arc::clone(&read(&self.snapshot))
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+fn unexpected(committed: Committed) -> CallError {
+    CallError::Store(StoreError::BatchFailed(format!("unexpected result from the writer: {committed:?}")))
+}
+
+fn check_approval_id(approval_id: &str) -> Result<(), CallError> {
+    if approval_id.trim().is_empty() {
+        return Err(InvalidInput::new("approval_id", "must not be empty").into());
+    }
+    if approval_id.len() > limits::ID_BYTES {
+        return Err(InvalidInput::new("approval_id", format!("is longer than {} bytes", limits::ID_BYTES)).into());
+    }
+    Ok(())
+}
+
+fn key_reused(request_id: &str) -> CallError {
+    InvalidInput::new("request_id", format!("`{request_id}` was already used by this harness for a different request"))
+        .into()
+}
+
+/// Hex SHA-256 of the request as sent, to tell a replay from a reused key
+/// and to bind an approval to the exact request an approver was shown: over
+/// every field, each length-prefixed, the resource's kind first, so that no
+/// two requests share an encoding.
+pub fn request_hash(input: &RequestInput) -> String {
+    let mut h = Sha256::new();
+    h.update(b"warden.request.v2\0");
+    let mut text = |value: &str| {
+        h.update((value.len() as u64).to_be_bytes());
+        h.update(value.as_bytes());
+    };
+    for value in [&input.request_id, &input.actor.user, &input.actor.agent, &input.actor.session, &input.action] {
+        text(value);
+    }
+    let (kind, fields): (&str, Vec<&str>) = match &input.resource {
+        ResourceInput::File { path, cwd } => ("file", vec![path, cwd]),
+        ResourceInput::Command { argv, cwd } => ("command", argv.iter().chain([cwd]).map(String::as_str).collect()),
+        ResourceInput::Http { method, url } => ("http", vec![method, url]),
+        ResourceInput::Secret { name } => ("secret", vec![name]),
+        ResourceInput::Tool { server, name, arguments_json } => ("tool", vec![server, name, arguments_json]),
+    };
+    text(kind);
+    text(&fields.len().to_string());
+    fields.into_iter().for_each(&mut text);
+    text(&input.justification);
+    text(&input.context_json);
+    hex::encode(h.finalize())
+}
+
+/// The hash [`request_hash`] gave before version 2, over the request's JSON:
+/// the idempotency records of a store written then still match their
+/// requests.
+pub fn legacy_request_hash(input: &RequestInput) -> String {
+    let encoded = serde_json::to_vec(input).unwrap_or_default();
+    hex::encode(Sha256::digest(&encoded))
+}
+
+/// Nanoseconds since the Unix epoch, saturated to i64.
+pub fn unix_ns(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX)
+}
+
+/// RFC 3339 for messages.
+fn format_time(unix_ns: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns))
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| unix_ns.to_string())
+}
