@@ -14,12 +14,13 @@ use warden_proto::v1 as pb;
 use crate::auth::{Caller, Credentials, Role};
 use crate::decision::Outcome;
 use crate::grants::Grant;
+use crate::model::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord};
 use crate::normalize::{Actor, InvalidInput, RequestInput, ResourceInput};
 use crate::service::{
     CallError, GrantRequest, LockOutcome, LockTarget, Monitor, PolicyStatusView, PreviewInput, Resolution,
     SessionQuery, SessionView,
 };
-use crate::store::{ApprovalEvent, ApprovalRecord, ApprovalState, AuditRecord, DecisionRecord, StoreError};
+use crate::store::StoreError;
 
 /// Checks the bearer token of every call to one service: unknown or missing
 /// is `UNAUTHENTICATED`, another role's token is `PERMISSION_DENIED`. Runs

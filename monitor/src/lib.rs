@@ -20,6 +20,7 @@ pub mod entities;
 pub mod grants;
 pub mod grpc;
 pub mod index;
+pub mod model;
 pub mod normalize;
 pub mod policy;
 pub mod policytest;

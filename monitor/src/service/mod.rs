@@ -14,12 +14,12 @@ use tokio::sync::broadcast;
 use crate::auth::Caller;
 use crate::decision::{DecisionConfig, Evaluation, Outcome, SessionFacts, decide, decide_approved};
 use crate::grants::{Grant, GrantBook, Scope, compile, parse_scope};
+use crate::model::{
+    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, DecisionRecord, Lock, SessionKey, SessionRecord,
+};
 use crate::normalize::{Actor, InvalidInput, NormalizedRequest, RequestInput, ResourceInput, limits, normalize};
 use crate::policy::PolicySnapshot;
-use crate::store::{
-    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, Commit, Committed, DecisionRecord, GrantChange, Guard,
-    Lock, LockChange, SessionChange, SessionKey, SessionRecord, Store, StoreError, VerifyReport,
-};
+use crate::store::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange, Store, StoreError, VerifyReport};
 
 mod approvals;
 mod audit;

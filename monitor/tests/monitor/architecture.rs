@@ -9,10 +9,10 @@ use std::path::Path;
 const CORE: &[&str] =
     &["normalize", "redact", "programs", "command", "entities", "policy", "index", "grants", "decision", "policytest"];
 
-/// A module's source without its `#[cfg(test)] mod tests`.
+/// A module's source without its `#[cfg(test)] mod tests { … }` (a `mod tests;` file is not read).
 fn source(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    match text.find("#[cfg(test)]\nmod tests") {
+    match text.find("#[cfg(test)]\nmod tests {") {
         Some(at) => text[..at].to_owned(),
         None => text,
     }
@@ -52,9 +52,14 @@ fn modules() -> BTreeMap<String, String> {
                 out.insert(module.to_owned(), source(&path));
             }
         } else if path.join("mod.rs").is_file() {
-            let mut files: Vec<_> = std::fs::read_dir(&path).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            let mut files: Vec<_> =
+                std::fs::read_dir(&path).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
             files.sort();
-            let text = files.iter().filter(|f| f.extension().is_some_and(|e| e == "rs")).map(|f| source(f)).collect();
+            let text = files
+                .iter()
+                .filter(|f| f.extension().is_some_and(|e| e == "rs") && !f.ends_with("tests.rs"))
+                .map(|f| source(f))
+                .collect();
             out.insert(name, text);
         }
     }

@@ -1,0 +1,238 @@
+//! The commit protocol: what a caller hands the writer (`Commit`, with its `Guard`), what it is told (`Committed`), and what a batch writes (`Write`, `Overlay`).
+
+use super::*;
+
+/// A grant to store or forget.
+#[derive(Debug, Clone)]
+pub enum GrantChange {
+    /// Store (create).
+    Put(Box<Grant>),
+    /// Forget (revoke, expire).
+    Remove(String),
+}
+
+/// A lock to store or lift.
+#[derive(Debug, Clone)]
+pub enum LockChange {
+    /// Lock.
+    Put(Lock),
+    /// Unlock the target.
+    Remove(String),
+}
+
+/// A change to a session's record, merged by the writer so that concurrent
+/// requests never lose a label.
+#[derive(Debug, Clone)]
+pub enum SessionChange {
+    /// Remember the session (first sight) and add labels.
+    Touch {
+        /// Which session (its user is the key's).
+        key: SessionKey,
+        /// Its agent kind.
+        agent: String,
+        /// Labels gained.
+        add: Vec<String>,
+    },
+    /// Drop every label.
+    ClearLabels {
+        /// Which session.
+        key: SessionKey,
+    },
+}
+
+impl SessionChange {
+    /// The session it changes.
+    pub(super) fn key(&self) -> &SessionKey {
+        match self {
+            Self::Touch { key, .. } | Self::ClearLabels { key } => key,
+        }
+    }
+}
+
+/// What must hold for a commit to be appended; checked by the writer, so
+/// that concurrent commits cannot both pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Nothing.
+    None,
+    /// The harness's request id is new (else the earlier decision is replayed,
+    /// or the key is reported reused for a different request).
+    NewRequest {
+        /// The harness credential.
+        harness: String,
+        /// The idempotency key.
+        request_id: String,
+        /// Hash of the request.
+        request_hash: String,
+        /// Now, nanoseconds since the Unix epoch.
+        now_unix_ns: i64,
+        /// The policy version deciding now.
+        policy_version: String,
+        /// Whether an earlier decision may be replayed at all (not when the
+        /// session is locked now or a grant it relied on is gone).
+        replay: bool,
+    },
+    /// The approval is still pending (else its current state is returned).
+    StillPending {
+        /// The approval.
+        approval_id: String,
+    },
+}
+
+/// One audit record and the state that goes with it, made durable together.
+#[derive(Debug)]
+pub struct Commit {
+    /// The audit entry.
+    pub entry: AuditEntry,
+    /// What must hold.
+    pub guard: Guard,
+    /// A decision to remember under the request id of a `NewRequest` guard;
+    /// its `audit_seq` is filled in.
+    pub decision: Option<DecisionRecord>,
+    /// An approval to store (new or changed). When new (pending), its
+    /// `audit_seq` and its decision's are filled in; otherwise its
+    /// decision's `audit_seq` is.
+    pub approval: Option<ApprovalRecord>,
+    /// A grant to store or forget.
+    pub grant: Option<GrantChange>,
+    /// A lock to store or lift.
+    pub lock: Option<LockChange>,
+    /// A change to a session's record.
+    pub session: Option<SessionChange>,
+}
+
+impl Commit {
+    /// A record with nothing else.
+    pub fn record(entry: AuditEntry) -> Self {
+        Self { entry, guard: Guard::None, decision: None, approval: None, grant: None, lock: None, session: None }
+    }
+}
+
+/// What the writer did with a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// Appended and flushed, with the stored decision and approval.
+    New {
+        /// The audit record's seq.
+        seq: u64,
+        /// The decision as stored.
+        decision: Option<DecisionRecord>,
+        /// The approval as stored.
+        approval: Option<Box<ApprovalRecord>>,
+        /// The session record as stored.
+        session: Option<Box<SessionRecord>>,
+    },
+    /// The idempotency key was already used for the same request: the
+    /// decision given then, nothing appended.
+    Replay(DecisionRecord),
+    /// The idempotency key was already used for a different request (by
+    /// its hash): what was decided then, nothing appended.
+    KeyReused(Box<Remembered>),
+    /// The approval is no longer pending: how it stands, nothing appended.
+    NotPending(Box<ApprovalRecord>),
+}
+
+pub(super) struct Job {
+    pub(super) commit: Commit,
+    pub(super) reply: oneshot::Sender<Result<Committed, StoreError>>,
+}
+
+/// The head of the chain: last seq and its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Last sequence number, 0 when empty.
+    pub seq: u64,
+    /// Hex hash of the last record, zeros when empty.
+    pub hash: String,
+}
+
+impl Head {
+    pub(super) fn genesis() -> Self {
+        Self { seq: 0, hash: "0".repeat(64) }
+    }
+}
+
+/// What earlier jobs of the same batch wrote, for the guards of later ones.
+#[derive(Default)]
+pub(super) struct Overlay {
+    pub(super) requests: HashMap<Vec<u8>, Remembered>,
+    pub(super) approvals: HashMap<String, ApprovalRecord>,
+    pub(super) sessions: HashMap<SessionKey, SessionRecord>,
+    /// Locks put (`Some`) or removed (`None`) earlier in the batch.
+    pub(super) locks: HashMap<String, Option<Lock>>,
+}
+
+impl Overlay {
+    pub(super) fn add(&mut self, write: &Write) {
+        match &write.lock {
+            Some(LockChange::Put(lock)) => {
+                self.locks.insert(lock.target.clone(), Some(lock.clone()));
+            }
+            Some(LockChange::Remove(target)) => {
+                self.locks.insert(target.clone(), None);
+            }
+            None => {}
+        }
+        if let Some((key, remembered)) = &write.remembered {
+            self.requests.insert(key.clone(), remembered.clone());
+        }
+        if let Some(approval) = &write.approval {
+            self.approvals.insert(approval.approval_id.clone(), approval.clone());
+        }
+        if let Some(session) = &write.session {
+            self.sessions.insert(session.key(), session.clone());
+        }
+    }
+}
+
+pub(super) struct Write {
+    pub(super) record: AuditRecord,
+    pub(super) decision: Option<DecisionRecord>,
+    pub(super) remembered: Option<(Vec<u8>, Remembered)>,
+    pub(super) approval: Option<ApprovalRecord>,
+    pub(super) grant: Option<GrantChange>,
+    pub(super) lock: Option<LockChange>,
+    /// The session record to store, when it changed.
+    pub(super) session: Option<SessionRecord>,
+}
+
+impl Write {
+    pub(super) fn committed(&self) -> Committed {
+        Committed::New {
+            seq: self.record.seq,
+            decision: self.decision.clone(),
+            approval: self.approval.clone().map(Box::new),
+            session: self.session.clone().map(Box::new),
+        }
+    }
+}
+
+pub(super) enum Planned {
+    Append(Box<Write>),
+    Answer(Box<Committed>),
+}
+
+/// A session record after `change`; `None` when nothing changes.
+pub(super) fn merge_session(current: Option<SessionRecord>, change: &SessionChange) -> Option<SessionRecord> {
+    match change {
+        SessionChange::Touch { key, agent, add } => match current {
+            None => Some(SessionRecord {
+                session: key.session.clone(),
+                user: key.user.clone(),
+                agent: agent.clone(),
+                labels: add.iter().cloned().collect(),
+                harness: key.harness.clone(),
+            }),
+            Some(mut record) => {
+                let before = record.labels.len();
+                record.labels.extend(add.iter().cloned());
+                (record.labels.len() != before).then_some(record)
+            }
+        },
+        // A session never seen has no labels to clear (and no record to make).
+        SessionChange::ClearLabels { .. } => current.map(|mut record| {
+            record.labels.clear();
+            record
+        }),
+    }
+}

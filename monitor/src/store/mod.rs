@@ -1,0 +1,444 @@
+//! The durable state in sled: the hash-chained audit log, decisions by
+//! idempotency key, and pending approvals.
+//!
+//! One writer task owns the chain head. Callers hand it a commit and wait;
+//! it takes every commit waiting at that moment, appends them to the
+//! write-ahead log ([`crate::wal`]) as one frame, applies the frame to the
+//! sled trees in one transaction, and hands the batch to the sync thread,
+//! which fdatasyncs the log (group commit) and only then answers each. So
+//! nobody is told about a write that is not on disk, concurrent requests
+//! share one sync instead of paying one each, and the next batch is written
+//! while the previous one is being synced. sled itself is flushed only at
+//! checkpoints, when a log segment is full and on shutdown; opening the
+//! store applies whatever the log holds beyond that.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::codec::{self, CodecError, Decoder, Encoder, Record};
+use crate::decision::Outcome;
+use crate::grants::Grant;
+use crate::normalize::Actor;
+use crate::wal::{self, Op, Wal, WalError};
+
+mod chain;
+mod commit;
+mod keys;
+mod records;
+mod recover;
+mod sync;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+pub use self::chain::{VerifyReport, verify_chain};
+pub use self::commit::{Commit, Committed, GrantChange, Guard, Head, LockChange, SessionChange};
+pub use self::keys::trees;
+pub use self::records::Remembered;
+pub use self::recover::open_stopped;
+use self::{commit::*, keys::*, recover::*, sync::*, writer::*};
+pub use crate::model::*;
+
+/// How long a decision is replayed for its request id. After it, or once the
+/// policies changed, the same id is decided afresh: a harness cannot keep an
+/// old ALLOW alive by reusing its id.
+pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
+
+/// Idempotency records rotate through three trees, one replay window each:
+/// a decision goes to the slot of its window; a lookup reads the current
+/// and the previous slot (a record is replayable for one window); and once
+/// a window starts, the slot after it, which holds records at least a
+/// window older than anything replayable, is emptied in the background.
+/// So the records take bounded room instead of growing for ever.
+pub const REQUEST_SLOTS: usize = 3;
+
+/// How far apart two requests' clock reads may be from the order in which
+/// the writer sees them.
+const CLOCK_SKEW_NS: i64 = 60 * 1_000_000_000;
+
+/// sled's page cache, in bytes. sled's own memory is several times this
+/// (its in-memory nodes are larger than their size on disk). 16 MiB and
+/// 4 MiB decided equally fast in `warden-bench`, 4 MiB with 10–23 MiB less
+/// resident; 8 MiB leaves room for the hot pages of larger idempotency and
+/// session trees than the bench makes.
+const CACHE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Approval changes kept for watchers that are behind.
+const APPROVAL_EVENTS: usize = 1024;
+
+/// Most commits taken into one batch.
+const MAX_BATCH: usize = 1024;
+
+/// A store failure. Callers fail closed on it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled failed.
+    #[error("store: {0}")]
+    Sled(#[from] sled::Error),
+    /// A stored value does not decode.
+    #[error("store: corrupt value in `{tree}` at `{key}`: {message}")]
+    Corrupt {
+        /// The sled tree.
+        tree: &'static str,
+        /// The key, printable.
+        key: String,
+        /// What failed.
+        message: String,
+    },
+    /// A batch could not be written; every request in it failed.
+    #[error("store: the audit batch was not written: {0}")]
+    BatchFailed(String),
+    /// The writer task is gone (the monitor is shutting down).
+    #[error("store: the audit writer has stopped")]
+    WriterGone,
+    /// The write-ahead log cannot be written or read back.
+    #[error("store: {0}")]
+    Wal(#[from] WalError),
+}
+
+/// The sled database and its writer.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    trees: Trees,
+    /// The replay window whose pruning was last done (see [`REQUEST_SLOTS`]).
+    pruned_window: Arc<std::sync::atomic::AtomicI64>,
+    /// Whether a pruning is under way.
+    pruning: Arc<std::sync::atomic::AtomicBool>,
+    flushed: watch::Receiver<u64>,
+    writer: mpsc::Sender<Job>,
+    approval_events: broadcast::Sender<ApprovalEvent>,
+}
+
+/// Stops the writer when the monitor shuts down.
+pub struct StoreCloser {
+    close: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StoreCloser {
+    /// Writes and answers every commit already sent, stops the writer (later
+    /// commits fail with [`StoreError::WriterGone`]), flushes sled and
+    /// empties the write-ahead log.
+    pub async fn close(self) -> Result<(), StoreError> {
+        let _ = self.close.send(());
+        self.task.await.map_err(|e| StoreError::BatchFailed(format!("the audit writer failed: {e}")))
+    }
+}
+
+/// How durable an acknowledged write is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// sled's flush, then fsync of the database file: survives power loss.
+    #[default]
+    Fsync,
+    /// sled's flush only (`sync_file_range` on Linux): survives a killed
+    /// process, not necessarily a power loss or a kernel crash.
+    Flush,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir` with fsync durability.
+    pub fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
+        Self::open_with(dir, Durability::Fsync)
+    }
+
+    /// Opens (or creates) the store in `dir` and starts its writer. Must be
+    /// called inside a tokio runtime.
+    pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, StoreCloser), StoreError> {
+        let Recovered { db, trees, db_file, wal_dir } = recover(dir, durability)?;
+        let wal = Wal::create(&wal_dir, durability == Durability::Fsync)?;
+        let head = match trees.audit.last()? {
+            Some((key, value)) => {
+                let record = decode_record(&key, &value)?;
+                Head { seq: record.seq, hash: record.hash }
+            }
+            None => Head::genesis(),
+        };
+        let (writer, rx) = mpsc::channel(4 * MAX_BATCH);
+        // Each slot keeps its approval until it is overwritten: the
+        // capacity bounds the memory held, and a watcher more than this far
+        // behind is cut off (it watches again).
+        let (approval_events, _) = broadcast::channel(APPROVAL_EVENTS);
+        let (close, closing) = oneshot::channel();
+        // What is on disk at open counts as durable.
+        let (flushed_tx, flushed) = watch::channel(head.seq);
+        let failed = Arc::new(OnceLock::new());
+        let (to_sync, sync_rx) = mpsc::unbounded_channel();
+        let (sync_done, sync_finished) = oneshot::channel();
+        let sync = Arc::new(SyncLoop {
+            fsync: durability == Durability::Fsync,
+            flushed: flushed_tx,
+            approval_events: approval_events.clone(),
+            failed: Arc::clone(&failed),
+        });
+        let answer_now = (durability == Durability::Flush).then(|| Arc::clone(&sync));
+        std::thread::Builder::new()
+            .name("warden-wal-sync".into())
+            .spawn(move || {
+                sync.run(sync_rx);
+                let _ = sync_done.send(());
+            })
+            .map_err(|e| StoreError::Wal(WalError::Io { path: wal_dir.clone(), source: e }))?;
+        let task = tokio::spawn(
+            WriteLoop {
+                db: db.clone(),
+                trees: trees.clone(),
+                spare: Some(prepare_spare(&wal)),
+                wal,
+                db_file,
+                checkpoint: None,
+                to_sync: Some(to_sync),
+                answer_now,
+                sync_finished,
+                failed,
+            }
+            .run(rx, closing, head),
+        );
+        let store = Self {
+            db,
+            trees,
+            pruned_window: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+            pruning: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            flushed,
+            writer,
+            approval_events,
+        };
+        Ok((store, StoreCloser { close, task }))
+    }
+
+    /// Appends a record with its state, if its guard holds, and returns once
+    /// it is flushed.
+    pub async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Waits until the record `seq` is flushed. Whatever is read from the
+    /// trees may be committed but not yet flushed: a caller is told about it
+    /// only after this.
+    pub async fn wait_durable(&self, seq: u64) -> Result<(), StoreError> {
+        let mut flushed = self.flushed.clone();
+        flushed.wait_for(|durable| *durable >= seq).await.map(|_| ()).map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Empties the idempotency slot that the next replay window will use
+    /// (records at least a window older than any replayable one), once per
+    /// window and only in the first half of a window, so that it is done
+    /// before the slot is written again. The monitor's sweeper calls it on
+    /// a task of its own. Returns how many records were removed.
+    pub async fn prune_requests(&self, now_unix_ns: i64) -> Result<usize, StoreError> {
+        use std::sync::atomic::Ordering;
+        let window = now_unix_ns.div_euclid(REPLAY_WINDOW_NS);
+        let early = now_unix_ns.rem_euclid(REPLAY_WINDOW_NS) < REPLAY_WINDOW_NS / 2;
+        if !early || self.pruned_window.load(Ordering::Relaxed) == window || self.pruning.swap(true, Ordering::AcqRel) {
+            return Ok(0);
+        }
+        let target = self.trees.requests.get(request_slot(now_unix_ns.saturating_add(REPLAY_WINDOW_NS))).cloned();
+        let cleared = match target {
+            Some(tree) => tokio::task::spawn_blocking(move || {
+                let count = tree.len();
+                tree.clear().map(|()| count)
+            })
+            .await
+            .map_err(|e| StoreError::BatchFailed(format!("pruning idempotency records failed: {e}")))
+            .and_then(|cleared| cleared.map_err(StoreError::from)),
+            None => Ok(0),
+        };
+        if cleared.is_ok() {
+            // Only once done: a failed clear is tried again.
+            self.pruned_window.store(window, Ordering::Relaxed);
+        }
+        self.pruning.store(false, Ordering::Release);
+        cleared
+    }
+
+    /// A stored approval.
+    pub fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        self.trees
+            .approvals
+            .get(approval_id.as_bytes())?
+            .map(|value| decode(trees::APPROVALS, approval_id.as_bytes(), &value))
+            .transpose()
+    }
+
+    /// Every stored grant.
+    pub fn grants(&self) -> Result<Vec<Grant>, StoreError> {
+        self.trees
+            .grants
+            .iter()
+            .map(|item| {
+                let (key, value) = item?;
+                decode(trees::GRANTS, &key, &value)
+            })
+            .collect()
+    }
+
+    /// One grant.
+    pub fn grant(&self, grant_id: &str) -> Result<Option<Grant>, StoreError> {
+        self.trees.grants.get(grant_id.as_bytes())?.map(|v| decode(trees::GRANTS, grant_id.as_bytes(), &v)).transpose()
+    }
+
+    /// Every lock.
+    pub fn locks(&self) -> Result<Vec<Lock>, StoreError> {
+        self.trees
+            .locks
+            .iter()
+            .map(|item| {
+                let (key, value) = item?;
+                decode(trees::LOCKS, &key, &value)
+            })
+            .collect()
+    }
+
+    /// What is known of a session (see `Trees::session`).
+    pub fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.trees.session(key)
+    }
+
+    /// Every session with the id `session`, of any harness and user (a
+    /// record an older version kept under the bare id included, with an
+    /// empty harness).
+    pub fn sessions_named(&self, session: &str) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut out = Vec::new();
+        if let Some(value) = self.trees.sessions.get(session.as_bytes())? {
+            out.push(read::<SessionRecord>(trees::SESSIONS, session.as_bytes(), &value)?);
+        }
+        let mut prefix = session.as_bytes().to_vec();
+        prefix.push(0);
+        for item in self.trees.sessions.scan_prefix(&prefix) {
+            let (key, value) = item?;
+            out.push(read(trees::SESSIONS, &key, &value)?);
+        }
+        Ok(out)
+    }
+
+    /// Pending approvals, earliest deadline first.
+    pub fn pending(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+        self.pending_until(i64::MAX)
+    }
+
+    /// How many approvals of the session `key` are still waiting at
+    /// `now_unix_ns`: one past its deadline no longer counts, whether or not
+    /// the sweeper has expired it yet (so the answer does not depend on the
+    /// sweeper's timing). Entries written before deadlines were kept here
+    /// count.
+    pub fn pending_count(&self, key: &SessionKey, now_unix_ns: i64) -> Result<usize, StoreError> {
+        Self::count_waiting(&self.trees.pending_sessions, &key.bytes(), now_unix_ns)
+    }
+
+    /// How many approvals the harness credential `harness` has waiting at
+    /// `now_unix_ns`, like [`Store::pending_count`].
+    pub fn pending_count_of_harness(&self, harness: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
+        Self::count_waiting(&self.trees.pending_harnesses, harness.as_bytes(), now_unix_ns)
+    }
+
+    fn count_waiting(tree: &sled::Tree, owner: &[u8], now_unix_ns: i64) -> Result<usize, StoreError> {
+        let mut prefix = owner.to_vec();
+        prefix.push(0);
+        let mut count = 0;
+        for item in tree.scan_prefix(prefix) {
+            let (_, deadline) = item?;
+            let waiting = match <[u8; 8]>::try_from(deadline.as_ref()) {
+                Ok(bytes) => i64::from_be_bytes(bytes) > now_unix_ns,
+                Err(_) => true,
+            };
+            count += usize::from(waiting);
+        }
+        Ok(count)
+    }
+
+    /// Pending approvals whose deadline is at or before `unix_ns`.
+    pub fn pending_until(&self, unix_ns: i64) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.trees.pending.iter() {
+            let (key, _) = item?;
+            let Some((deadline, id)) = split_pending_key(&key) else { continue };
+            if deadline > unix_ns {
+                break;
+            }
+            if let Some(record) = self.approval(id)?
+                && record.state == ApprovalState::Pending
+            {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Durable audit records from `from_seq` on, at most `limit` (records
+    /// written but not yet synced are left for the next read).
+    pub fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        let durable = self.durable_seq();
+        if from_seq > durable {
+            return Ok(Vec::new());
+        }
+        self.trees
+            .audit
+            .range(from_seq.to_be_bytes()..=durable.to_be_bytes())
+            .take(limit)
+            .map(|item| {
+                let (key, value) = item?;
+                decode_record(&key, &value)
+            })
+            .collect()
+    }
+
+    /// The stored hash of record `seq`.
+    pub fn hash_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
+        match self.trees.audit.get(seq.to_be_bytes())? {
+            Some(value) => Ok(Some(decode_record(&seq.to_be_bytes(), &value)?.hash)),
+            None => Ok(None),
+        }
+    }
+
+    /// The newest record's seq, 0 when the log is empty.
+    pub fn last_seq(&self) -> Result<u64, StoreError> {
+        Ok(match self.trees.audit.last()? {
+            Some((key, _)) => seq_of_key(&key).unwrap_or(0),
+            None => 0,
+        })
+    }
+
+    /// The durable watermark ([`Store::durable_seq`]), to follow the log:
+    /// it changes when records become durable, which are then read from
+    /// the trees ([`Store::audit_from`]).
+    pub fn durable_updates(&self) -> watch::Receiver<u64> {
+        let mut updates = self.flushed.clone();
+        updates.mark_unchanged();
+        updates
+    }
+
+    /// Approval changes from now on, after they are flushed.
+    pub fn approval_events(&self) -> broadcast::Receiver<ApprovalEvent> {
+        self.approval_events.subscribe()
+    }
+
+    /// The newest record that is durable: what the trees hold beyond it
+    /// is written but not yet synced.
+    pub fn durable_seq(&self) -> u64 {
+        *self.flushed.borrow()
+    }
+
+    /// Walks the chain up to the newest durable record (a signed head must
+    /// not name a record a power loss could still take back).
+    pub fn verify(&self) -> VerifyReport {
+        let durable = self.durable_seq();
+        verify_chain(
+            self.trees.audit.range(..=durable.to_be_bytes()).map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+        )
+    }
+
+    /// Whether the underlying database is the same (for tests of wiring).
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+}

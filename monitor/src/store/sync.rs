@@ -1,0 +1,82 @@
+//! The sync thread: one fdatasync of the log for every batch queued, then the answers and the durable watermark.
+
+use super::*;
+
+/// The sync thread: fdatasyncs the log under every batch handed to it
+/// (several at once when they queue up), then answers them.
+pub(super) struct SyncLoop {
+    pub(super) fsync: bool,
+    pub(super) flushed: watch::Sender<u64>,
+    pub(super) approval_events: broadcast::Sender<ApprovalEvent>,
+    pub(super) failed: Arc<OnceLock<String>>,
+}
+
+impl SyncLoop {
+    pub(super) fn run(&self, mut rx: mpsc::UnboundedReceiver<Appended>) {
+        while let Some(first) = rx.blocking_recv() {
+            let mut batches = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                batches.push(more);
+            }
+            let synced = match self.failed.get() {
+                Some(why) if self.fsync => Err(why.clone()),
+                _ => self.sync(&batches),
+            };
+            match synced {
+                Ok(()) => self.answer(batches),
+                Err(why) => {
+                    tracing::error!(error = %why, "audit batch not synced; the requests in it are answered with an error");
+                    for Appended { answers, .. } in batches {
+                        for (reply, _) in answers {
+                            let _ = reply.send(Err(StoreError::BatchFailed(why.clone())));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes durable batches: the flushed watermark, each answer, and
+    /// the approval changes to their watchers.
+    pub(super) fn answer(&self, batches: Vec<Appended>) {
+        if let Some(last) = batches.last() {
+            // Only a new head wakes followers (a batch of replays adds none).
+            self.flushed.send_if_modified(|durable| {
+                let moved = *durable != last.seq;
+                *durable = last.seq;
+                moved
+            });
+        }
+        for Appended { answers, writes, .. } in batches {
+            for (reply, committed) in answers {
+                let _ = reply.send(Ok(committed));
+            }
+            for write in writes {
+                if let Some(approval) = write.approval {
+                    let _ = self.approval_events.send(ApprovalEvent { approval });
+                }
+            }
+        }
+    }
+
+    /// fdatasync of each segment the batches are in (fsync durability).
+    pub(super) fn sync(&self, batches: &[Appended]) -> Result<(), String> {
+        if !self.fsync {
+            return Ok(());
+        }
+        let mut files: Vec<&Arc<File>> = Vec::new();
+        for batch in batches {
+            if !files.iter().any(|f| Arc::ptr_eq(f, &batch.file)) {
+                files.push(&batch.file);
+            }
+        }
+        for file in files {
+            if let Err(e) = file.sync_data() {
+                let why = format!("a sync of the write-ahead log failed ({e}); restart the monitor");
+                let _ = self.failed.set(why.clone());
+                return Err(why);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,279 @@
+//! Unit tests of the store.
+
+use super::*;
+
+impl Store {
+    /// The decision remembered for `(harness, request_id)` that can
+    /// still be replayable at `now_unix_ns`, as a lookup sees it.
+    fn remembered(&self, harness: &str, request_id: &str, now_unix_ns: i64) -> Result<Option<Remembered>, StoreError> {
+        self.trees.remembered(&request_key(harness, request_id), now_unix_ns, false)
+    }
+}
+
+#[test]
+fn decision_records_round_trip_through_the_binary_form() {
+    let decision = DecisionRecord {
+        request_id: "r-1".into(),
+        outcome: Outcome::Pending,
+        policy_ids: vec!["a".into(), "b".into()],
+        reasons: vec!["needs \"approval\"\n".into()],
+        approval_id: "apr-1".into(),
+        expires_at_unix_ns: Some(-1),
+        grant_ids: vec![],
+        policy_version: "v".into(),
+        audit_seq: 7,
+        resolved_by: "carol".into(),
+        note: "ü".into(),
+    };
+    let remembered = Remembered { request_hash: "h".into(), decided_unix_ns: 42, decision };
+    assert_eq!(codec::decode::<Remembered>(&codec::encode(&remembered)).unwrap(), remembered);
+    let json = serde_json::to_vec(&remembered).unwrap();
+    assert_eq!(codec::decode::<Remembered>(&json).unwrap(), remembered);
+    for outcome in [Outcome::Allow, Outcome::Deny] {
+        let mut other = remembered.clone();
+        other.decision.outcome = outcome;
+        other.decision.expires_at_unix_ns = None;
+        assert_eq!(codec::decode::<Remembered>(&codec::encode(&other)).unwrap(), other);
+    }
+
+    let session = SessionRecord {
+        session: "s".into(),
+        user: "u".into(),
+        agent: "a".into(),
+        labels: ["private".to_owned(), "untrusted".to_owned()].into(),
+        harness: "h".into(),
+    };
+    assert_eq!(codec::decode::<SessionRecord>(&codec::encode(&session)).unwrap(), session);
+    // A record written before sessions were scoped ends after its labels.
+    let mut older = codec::encode(&SessionRecord { harness: String::new(), ..session.clone() });
+    older.pop();
+    assert_eq!(
+        codec::decode::<SessionRecord>(&older).unwrap(),
+        SessionRecord { harness: String::new(), ..session.clone() }
+    );
+    let record = AuditRecord {
+        seq: 3,
+        time_unix_ns: 9,
+        kind: "decision".into(),
+        caller: "h".into(),
+        actor: Actor { user: "u".into(), agent: "a".into(), session: "s".into() },
+        action: "fs.read".into(),
+        resource: r#"File::"/x""#.into(),
+        request: r#"{"k":"v"}"#.into(),
+        outcome: "ALLOW".into(),
+        policy_ids: vec!["p".into()],
+        reasons: vec![],
+        policy_version: "v".into(),
+        request_id: "r".into(),
+        approval_id: String::new(),
+        prev_hash: "0".repeat(64),
+        hash: "f".repeat(64),
+    };
+    assert_eq!(AuditRecord::from_bytes(&record.to_bytes()).unwrap(), record);
+    // The hash of stores already written: computed by the version
+    // before the binary form.
+    assert_eq!(record.compute_hash(), "9f58de1ab5cc2149604d3bd3204dd03bfa64eff3d73efc8b75ce1235e44945e3");
+}
+
+fn entry(n: u32) -> Commit {
+    Commit {
+        entry: AuditEntry {
+            kind: "decision".into(),
+            caller: "h".into(),
+            outcome: "ALLOW".into(),
+            ..AuditEntry::default()
+        },
+        guard: Guard::NewRequest {
+            harness: "h".into(),
+            request_id: format!("r{n}"),
+            request_hash: format!("hash{n}"),
+            now_unix_ns: 0,
+            policy_version: "v".into(),
+            replay: true,
+        },
+        decision: Some(DecisionRecord {
+            request_id: format!("r{n}"),
+            outcome: Outcome::Allow,
+            policy_ids: vec![],
+            reasons: vec![],
+            approval_id: String::new(),
+            expires_at_unix_ns: None,
+            grant_ids: vec![],
+            policy_version: "v".into(),
+            audit_seq: 0,
+            resolved_by: String::new(),
+            note: String::new(),
+        }),
+        approval: None,
+        grant: None,
+        lock: None,
+        session: None,
+    }
+}
+
+async fn gapless_chain_that_survives_reopen(durability: Durability) {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, closer) = Store::open_with(dir.path(), durability).unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..200 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move { store.commit(entry(n)).await }));
+        }
+        let mut seqs = Vec::new();
+        for task in tasks {
+            match task.await.unwrap().unwrap() {
+                Committed::New { seq, decision: Some(d), .. } => {
+                    assert_eq!(d.audit_seq, seq);
+                    seqs.push(seq);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=200).collect::<Vec<_>>());
+        // Same key and hash: the same decision again, nothing appended.
+        let replay = store.commit(entry(7)).await.unwrap();
+        assert!(matches!(replay, Committed::Replay(ref d) if d.request_id == "r7"), "{replay:?}");
+        let mut reused = entry(7);
+        reused.guard = Guard::NewRequest {
+            harness: "h".into(),
+            request_id: "r7".into(),
+            request_hash: "other".into(),
+            now_unix_ns: 0,
+            policy_version: "v".into(),
+            replay: true,
+        };
+        assert!(matches!(store.commit(reused).await.unwrap(), Committed::KeyReused(_)));
+        drop(store);
+        closer.close().await.unwrap();
+    }
+    let (store, closer) = Store::open_with(dir.path(), durability).unwrap();
+    let report = store.verify();
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.records, 200);
+    let Committed::New { seq, .. } = store.commit(entry(999)).await.unwrap() else { panic!() };
+    assert_eq!(seq, 201);
+    drop(store);
+    closer.close().await.unwrap();
+    let wal = std::fs::read_dir(dir.path().join("wal")).unwrap().count();
+    assert_eq!(wal, 0, "a clean close empties the write-ahead log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commits_form_one_gapless_chain_that_survives_reopen() {
+    gapless_chain_that_survives_reopen(Durability::Fsync).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_flush_durability() {
+    gapless_chain_that_survives_reopen(Durability::Flush).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_records_outlive_their_window_then_are_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, closer) = Store::open(dir.path()).unwrap();
+    let at = |n: i64| 1_800_000_000_000_000_000 + n * REPLAY_WINDOW_NS / 2;
+    let mut commit = entry(1);
+    if let Guard::NewRequest { now_unix_ns, .. } = &mut commit.guard {
+        *now_unix_ns = at(0);
+    }
+    store.commit(commit).await.unwrap();
+    // Found in its own window and the next (where it is replayable for
+    // what is left of its ten minutes).
+    assert!(store.remembered("h", "r1", at(0)).unwrap().is_some());
+    assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
+    // Late in a window nothing is pruned (it might not finish in time).
+    assert_eq!(store.prune_requests(at(5)).await.unwrap(), 0);
+    assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
+    // Pruning in the next window leaves it; once per window.
+    assert_eq!(store.prune_requests(at(2)).await.unwrap(), 0);
+    assert!(store.remembered("h", "r1", at(2)).unwrap().is_some());
+    // Two windows on, its slot is the one emptied for the next window.
+    assert_eq!(store.prune_requests(at(4)).await.unwrap(), 1);
+    assert_eq!(store.prune_requests(at(4)).await.unwrap(), 0, "once per window");
+    assert!(store.remembered("h", "r1", at(2)).unwrap().is_none());
+    // Committed again under the same id in a later window: decided afresh.
+    let mut again = entry(1);
+    if let Guard::NewRequest { now_unix_ns, .. } = &mut again.guard {
+        *now_unix_ns = at(6);
+    }
+    assert!(matches!(store.commit(again).await.unwrap(), Committed::New { .. }));
+    assert!(store.remembered("h", "r1", at(6)).unwrap().is_some());
+
+    // A slot not yet pruned holds an old record of an id decided again
+    // since: the newest wins, wherever it is.
+    let commit_at = |n: i64| {
+        let mut commit = entry(3);
+        if let Guard::NewRequest { now_unix_ns, .. } = &mut commit.guard {
+            *now_unix_ns = at(n);
+        }
+        commit
+    };
+    store.commit(commit_at(8)).await.unwrap();
+    store.commit(commit_at(12)).await.unwrap();
+    let found = store.remembered("h", "r3", at(14)).unwrap().unwrap();
+    assert_eq!(found.decided_unix_ns, at(12));
+    drop(store);
+    closer.close().await.unwrap();
+}
+
+/// A decision made before a lock and written after it: the writer turns
+/// the ALLOW into a DENY, in the record and in the answer.
+#[tokio::test]
+async fn an_allow_written_after_a_lock_of_its_session_is_a_deny() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, closer) = Store::open(dir.path()).unwrap();
+    let actor = Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() };
+    let lock = Lock {
+        target: "session:s1".into(),
+        reason: "injection suspected".into(),
+        locked_by: "security".into(),
+        locked_unix_ns: 0,
+    };
+    let locking = Commit {
+        lock: Some(LockChange::Put(lock)),
+        ..Commit::record(AuditEntry { kind: "lock".into(), ..AuditEntry::default() })
+    };
+    // The same batch and a later one.
+    let mut late = entry(1);
+    late.entry.actor = Some(actor.clone());
+    let (locked, written) = tokio::join!(store.commit(locking), store.commit(late));
+    locked.unwrap();
+    let mut later = entry(2);
+    later.entry.actor = Some(actor);
+    for written in [written.unwrap(), store.commit(later).await.unwrap()] {
+        let Committed::New { decision: Some(decision), seq, .. } = written else { panic!("{written:?}") };
+        assert_eq!(decision.outcome, Outcome::Deny);
+        assert!(decision.reasons.iter().any(|r| r.contains("session `s1` is locked by `security`")), "{decision:?}");
+        let record = store.audit_from(seq, 1).unwrap().into_iter().next().unwrap();
+        assert_eq!(record.outcome, "DENY");
+    }
+    drop(store);
+    closer.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_altered_or_missing_record_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, closer) = Store::open(dir.path()).unwrap();
+    for n in 0..5 {
+        store.commit(entry(n)).await.unwrap();
+    }
+    let records: Vec<(Vec<u8>, Vec<u8>)> =
+        store.trees.audit.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))).collect::<Result<_, _>>().unwrap();
+    drop(store);
+    closer.close().await.unwrap();
+
+    let mut altered = records.clone();
+    let text = String::from_utf8(altered[2].1.clone()).unwrap().replace("ALLOW", "DENY");
+    altered[2].1 = text.into_bytes();
+    let report = verify_chain(altered.into_iter().map(Ok::<_, String>));
+    assert_eq!(report.first_bad.map(|(seq, _)| seq), Some(3));
+
+    let mut gapped = records;
+    gapped.remove(1);
+    let report = verify_chain(gapped.into_iter().map(Ok::<_, String>));
+    assert_eq!(report.first_bad.map(|(seq, _)| seq), Some(2));
+}
