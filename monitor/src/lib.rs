@@ -8,6 +8,7 @@
 //! [`server`] (wiring, listeners, shutdown), [`config`] and [`auth`].
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod auth;
 pub mod checkpoint;

@@ -65,15 +65,40 @@ pub struct Actor {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ResourceInput {
     /// A file path, relative paths resolved against `cwd`.
-    File { path: String, cwd: String },
+    File {
+        /// The path, absolute or relative to `cwd`.
+        path: String,
+        /// The folder a relative path is in (empty: none).
+        cwd: String,
+    },
     /// A command line.
-    Command { argv: Vec<String>, cwd: String },
+    Command {
+        /// The command and its arguments.
+        argv: Vec<String>,
+        /// The folder it runs in (empty: not given).
+        cwd: String,
+    },
     /// An HTTP request.
-    Http { method: String, url: String },
+    Http {
+        /// The method, e.g. `GET`.
+        method: String,
+        /// The URL as sent.
+        url: String,
+    },
     /// A named secret.
-    Secret { name: String },
+    Secret {
+        /// The secret's name.
+        name: String,
+    },
     /// An MCP tool call.
-    Tool { server: String, name: String, arguments_json: String },
+    Tool {
+        /// The MCP server.
+        server: String,
+        /// The tool.
+        name: String,
+        /// The call's arguments, a JSON object (empty: none).
+        arguments_json: String,
+    },
 }
 
 /// One `Authorize` request as the harness sent it, proto-free.

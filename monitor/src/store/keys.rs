@@ -186,8 +186,11 @@ pub mod trees {
     /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
     /// approvals in deadline order.
     pub const PENDING: &str = "pending";
-    /// session id NUL approval id -> empty: the pending approvals of each session.
+    /// session key (session NUL harness NUL user) NUL approval id -> deadline:
+    /// the pending approvals of each session.
     pub const PENDING_SESSIONS: &str = "pending_sessions";
+    /// harness credential NUL approval id -> deadline: the pending
+    /// approvals of each harness.
     pub const PENDING_HARNESSES: &str = "pending_harnesses";
     /// grant id -> [`crate::grants::Grant`] JSON.
     pub const GRANTS: &str = "grants";
