@@ -249,10 +249,9 @@ impl Monitor {
                 _ = tick.tick() => {}
                 () = shutdown.stopped() => return,
             }
-            let now = unix_ns(self.now());
             // On a task of its own: emptying a slot may take a while, and
             // approvals must still expire on time meanwhile.
-            let store = self.store.clone();
+            let (store, now) = (self.store.clone(), unix_ns(self.now()));
             tokio::spawn(async move {
                 match store.prune_requests(now).await {
                     Ok(0) => {}
@@ -260,28 +259,35 @@ impl Monitor {
                     Err(e) => tracing::error!(error = %e, "cannot prune idempotency records"),
                 }
             });
-            let expired_grants: Vec<Grant> =
-                read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
-            for grant in expired_grants {
-                if let Err(e) = self.remove_grant(&grant, "grant.expired", "monitor").await {
-                    tracing::error!(grant_id = %grant.grant_id, error = %e, "cannot remove an expired grant");
-                }
+            self.sweep_once().await;
+        }
+    }
+
+    /// One round of the sweeper, at the monitor's clock: grants and
+    /// approvals past their deadline are removed and expired (audited).
+    pub async fn sweep_once(&self) {
+        let now = unix_ns(self.now());
+        let expired_grants: Vec<Grant> =
+            read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();
+        for grant in expired_grants {
+            if let Err(e) = self.remove_grant(&grant, "grant.expired", "monitor").await {
+                tracing::error!(grant_id = %grant.grant_id, error = %e, "cannot remove an expired grant");
             }
-            let due = match self.store.pending_until(now) {
-                Ok(due) => due,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read pending approvals");
-                    continue;
-                }
-            };
-            for approval in due {
-                let id = approval.approval_id.clone();
-                match self.expire(approval).await {
-                    Ok(_) => tracing::info!(approval_id = %id, "expired: no approver answered in time"),
-                    // Resolved meanwhile: nothing to do.
-                    Err(CallError::FailedPrecondition(_)) => {}
-                    Err(e) => tracing::error!(approval_id = %id, error = %e, "cannot expire"),
-                }
+        }
+        let due = match self.store.pending_until(now) {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read pending approvals");
+                return;
+            }
+        };
+        for approval in due {
+            let id = approval.approval_id.clone();
+            match self.expire(approval).await {
+                Ok(_) => tracing::info!(approval_id = %id, "expired: no approver answered in time"),
+                // Resolved meanwhile: nothing to do.
+                Err(CallError::FailedPrecondition(_)) => {}
+                Err(e) => tracing::error!(approval_id = %id, error = %e, "cannot expire"),
             }
         }
     }

@@ -27,6 +27,8 @@ mod authorize;
 mod grants;
 mod policies;
 mod sessions;
+#[cfg(test)]
+mod tests;
 
 use policies::status_of;
 
