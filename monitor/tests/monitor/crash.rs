@@ -216,8 +216,16 @@ async fn nothing_acknowledged_is_lost_to_sigkill() {
             records = count;
             total_missing += missing;
         }
+        let before = seen.lock().unwrap_or_else(|e| e.into_inner()).decisions.len();
         let driver = tokio::spawn(load(endpoint.clone(), data.clone(), round, Arc::clone(&seen)));
-        tokio::time::sleep(Duration::from_millis(300 + jitter(round))).await;
+        // Killed under load: once this round has had decisions acknowledged
+        // (however slow the machine), at a moment that varies by round.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while seen.lock().unwrap_or_else(|e| e.into_inner()).decisions.len() < before + 20 {
+            assert!(tokio::time::Instant::now() < deadline, "round {round}: no decisions acknowledged within 30 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(jitter(round))).await;
         let pid = child.id().to_string();
         let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
         assert!(killed.success());
