@@ -3,7 +3,7 @@
 //!
 //! Pure core, no I/O beyond reading the policy folder: [`normalize`],
 //! [`policy`], [`decision`]. Effects: [`store`] (sled, made durable by the
-//! write-ahead log in [`wal`]), [`service`] (what each call does,
+//! write-ahead log in [`store::wal`]), [`service`] (what each call does,
 //! proto-free), [`grpc`] (the only module that knows proto types),
 //! [`server`] (wiring, listeners, shutdown), [`config`] and [`auth`].
 
@@ -12,25 +12,26 @@
 
 pub mod auth;
 pub mod checkpoint;
-pub mod codec;
 pub mod command;
 pub mod config;
 pub mod decision;
 pub mod duration;
-pub mod entities;
+pub(crate) mod entities;
 pub mod grants;
 pub mod grpc;
-pub mod index;
+pub(crate) mod index;
 pub mod model;
 pub mod normalize;
 pub mod policy;
 pub mod policytest;
 pub mod programs;
 pub mod ratelimit;
-pub mod redact;
+pub(crate) mod redact;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod verify;
-pub mod wal;
-pub mod watch;
+pub(crate) mod watch;
+
+/// The binary form of the decision records (kept by `store`).
+pub use store::codec;

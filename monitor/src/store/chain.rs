@@ -51,7 +51,7 @@ impl AuditRecord {
 }
 
 impl AuditRecord {
-    /// The record as stored (see [`crate::codec`]).
+    /// The record as stored (see [`super::codec`]).
     pub fn to_bytes(&self) -> Vec<u8> {
         codec::encode(self)
     }

@@ -162,7 +162,7 @@ impl Trees {
 
 /// Names of the sled trees.
 pub mod trees {
-    /// seq (u64 big-endian) -> [`super::AuditRecord`] (binary, [`crate::codec`]).
+    /// seq (u64 big-endian) -> [`super::AuditRecord`] (binary, [`super::codec`]).
     pub const AUDIT: &str = "audit";
     /// harness NUL request id -> [`super::Remembered`] (binary), for the
     /// decisions of one replay window in three (see [`super::REQUEST_SLOTS`]);
@@ -249,7 +249,7 @@ pub(super) fn request_key(harness: &str, request_id: &str) -> Vec<u8> {
 }
 
 /// JSON, for the records written at the pace of people: approvals, grants
-/// and locks. The records of every decision are in [`crate::codec`]'s form.
+/// and locks. The records of every decision are in [`super::codec`]'s form.
 pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(|e| StoreError::Corrupt {
         tree: "encode",
@@ -270,7 +270,7 @@ pub(super) fn decode<T: for<'de> Deserialize<'de>>(
     })
 }
 
-/// A record in the binary form of [`crate::codec`] (or older JSON).
+/// A record in the binary form of [`super::codec`] (or older JSON).
 pub(super) fn read<R: Record>(tree: &'static str, key: &[u8], value: &[u8]) -> Result<R, StoreError> {
     codec::decode(value).map_err(|e| StoreError::Corrupt {
         tree,

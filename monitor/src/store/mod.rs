@@ -3,7 +3,7 @@
 //!
 //! One writer task owns the chain head. Callers hand it a commit and wait;
 //! it takes every commit waiting at that moment, appends them to the
-//! write-ahead log ([`crate::wal`]) as one frame, applies the frame to the
+//! write-ahead log ([`wal`]) as one frame, applies the frame to the
 //! sled trees in one transaction, and hands the batch to the sync thread,
 //! which fdatasyncs the log (group commit) and only then answers each. So
 //! nobody is told about a write that is not on disk, concurrent requests
@@ -21,13 +21,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use crate::codec::{self, CodecError, Decoder, Encoder, Record};
+use self::codec::{CodecError, Decoder, Encoder, Record};
 use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::Actor;
-use crate::wal::{self, Op, Wal, WalError};
+use self::wal::{Op, Wal, WalError};
 
 mod chain;
+pub mod codec;
 mod commit;
 mod keys;
 mod records;
@@ -35,6 +36,7 @@ mod recover;
 mod sync;
 #[cfg(test)]
 mod tests;
+pub mod wal;
 mod writer;
 
 pub use self::chain::{VerifyReport, verify_chain};
