@@ -205,8 +205,8 @@ pub async fn start_with_signal(
         None => None,
     };
     // Approvals past their deadline are denied even when nobody asks.
-    let sweeper = tokio::spawn(Arc::clone(&monitor).run_sweeper());
-    let signer = tokio::spawn(Arc::clone(&monitor).run_checkpoints());
+    let sweeper = tokio::spawn(sweep(Arc::clone(&monitor)));
+    let signer = tokio::spawn(sign_checkpoints(Arc::clone(&monitor)));
     // A change in the policy folder is loaded within a second.
     let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
         .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
@@ -249,4 +249,42 @@ pub async fn start_with_signal(
         Ok(())
     });
     Ok(RunningServer { addr, stop: None, task })
+}
+
+/// How often the sweeper looks for approvals and grants past their deadline.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The sweeper, until shutdown: every `SWEEP_EVERY`, prunes old idempotency
+/// records (on a task of its own) and runs [`Monitor::sweep_once`].
+async fn sweep(monitor: Arc<Monitor>) {
+    let mut shutdown = monitor.shutdown();
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.stopped() => return,
+        }
+        let pruner = Arc::clone(&monitor);
+        tokio::spawn(async move { pruner.prune_requests().await });
+        monitor.sweep_once().await;
+    }
+}
+
+/// The signer, until shutdown and once more then: the durable audit head,
+/// signed every `checkpoint_interval` (nothing without a checkpoint key).
+async fn sign_checkpoints(monitor: Arc<Monitor>) {
+    let Some(every) = monitor.checkpoint_every() else { return };
+    let mut shutdown = monitor.shutdown();
+    let mut last = u64::MAX;
+    loop {
+        let stopping = tokio::select! {
+            () = tokio::time::sleep(every) => false,
+            () = shutdown.stopped() => true,
+        };
+        last = monitor.checkpoint_once(last);
+        if stopping {
+            return;
+        }
+    }
 }

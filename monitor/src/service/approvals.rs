@@ -239,27 +239,14 @@ impl Monitor {
         }
     }
 
-    /// Expires every pending approval past its deadline, until shutdown.
-    pub async fn run_sweeper(self: Arc<Self>) {
-        let mut shutdown = self.shutdown();
-        let mut tick = tokio::time::interval(SWEEP_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = shutdown.stopped() => return,
-            }
-            // On a task of its own: emptying a slot may take a while, and
-            // approvals must still expire on time meanwhile.
-            let (store, now) = (self.store.clone(), unix_ns(self.now()));
-            tokio::spawn(async move {
-                match store.prune_requests(now).await {
-                    Ok(0) => {}
-                    Ok(pruned) => tracing::info!(pruned, "idempotency records older than the replay window removed"),
-                    Err(e) => tracing::error!(error = %e, "cannot prune idempotency records"),
-                }
-            });
-            self.sweep_once().await;
+    /// Removes idempotency records older than the replay window (the
+    /// sweeper runs it on a task of its own: emptying a slot may take a
+    /// while, and approvals must still expire on time meanwhile).
+    pub async fn prune_requests(&self) {
+        match self.store.prune_requests(unix_ns(self.now())).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "idempotency records older than the replay window removed"),
+            Err(e) => tracing::error!(error = %e, "cannot prune idempotency records"),
         }
     }
 

@@ -22,46 +22,37 @@ impl Monitor {
         self
     }
 
-    /// Signs the head every so often (when it moved) and on shutdown,
-    /// appending each checkpoint to the checkpoint log.
-    pub async fn run_checkpoints(self: Arc<Self>) {
-        let Some(checkpoints) = &self.checkpoints else { return };
-        let mut shutdown = self.shutdown();
-        let mut last = u64::MAX;
-        loop {
-            let stopping = tokio::select! {
-                () = tokio::time::sleep(checkpoints.every) => false,
-                () = shutdown.stopped() => true,
-            };
-            // The newest durable record, not merely the newest written.
-            let durable = self.store.durable_seq();
-            let head = match self.store.hash_at(durable).map(|hash| (durable, hash)) {
-                Ok((seq, Some(hash))) => crate::store::Head { seq, hash },
-                Ok(_) => {
-                    if stopping {
-                        return;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the audit head to sign it");
-                    if stopping {
-                        return;
-                    }
-                    continue;
-                }
-            };
-            if head.seq != last {
-                let checkpoint = checkpoints.key.sign(&head, unix_ns(self.now()));
-                if let Err(e) = append_line(&checkpoints.log, &checkpoint) {
-                    tracing::error!(error = %e, "cannot write the checkpoint");
-                } else {
-                    last = head.seq;
-                    tracing::info!(seq = head.seq, "audit head signed");
-                }
+    /// How often the audit head is signed; `None` without a checkpoint key.
+    pub fn checkpoint_every(&self) -> Option<Duration> {
+        self.checkpoints.as_ref().map(|c| c.every)
+    }
+
+    /// Signs the newest durable record into the checkpoint log, unless it
+    /// is `last` (signed already); returns the sequence number signed now.
+    pub fn checkpoint_once(&self, last: u64) -> u64 {
+        let Some(checkpoints) = &self.checkpoints else { return last };
+        // The newest durable record, not merely the newest written.
+        let durable = self.store.durable_seq();
+        let head = match self.store.hash_at(durable) {
+            Ok(Some(hash)) => crate::store::Head { seq: durable, hash },
+            Ok(None) => return last,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the audit head to sign it");
+                return last;
             }
-            if stopping {
-                return;
+        };
+        if head.seq == last {
+            return last;
+        }
+        let checkpoint = checkpoints.key.sign(&head, unix_ns(self.now()));
+        match append_line(&checkpoints.log, &checkpoint) {
+            Ok(()) => {
+                tracing::info!(seq = head.seq, "audit head signed");
+                head.seq
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the checkpoint");
+                last
             }
         }
     }

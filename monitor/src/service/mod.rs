@@ -34,8 +34,6 @@ use policies::status_of;
 
 /// The longest an `AwaitDecision` call blocks.
 pub const MAX_AWAIT: Duration = Duration::from_secs(300);
-/// How often the sweeper looks for approvals past their deadline.
-const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Why a call failed. Each maps to one gRPC status in `grpc`.
 #[derive(Debug, thiserror::Error)]

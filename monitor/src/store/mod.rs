@@ -22,10 +22,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use self::codec::{CodecError, Decoder, Encoder, Record};
+use self::wal::{Op, Wal, WalError};
 use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::Actor;
-use self::wal::{Op, Wal, WalError};
 
 mod chain;
 pub mod codec;
