@@ -13,7 +13,7 @@ use crate::support::*;
 #[tokio::test]
 async fn claude_code_through_the_gateway_is_shown_allowed_tools_and_told_why_a_call_was_refused() {
     let Some((node, script)) = everything() else { return };
-    let Ok(Some(claude)) = claude_or_skip() else { return };
+    let Some(claude) = claude_or_skip().unwrap() else { return };
     let monitor = Monitor::start(EVERYTHING_POLICIES).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("upstream.log");

@@ -1,0 +1,209 @@
+//! `warden-hook`: Warden in front of a coding agent, through its pre-tool
+//! hook. `warden-hook claude-code` reads one Claude Code `PreToolUse` event
+//! on stdin, asks Warden (waiting through PENDING), and answers allow or
+//! deny on stdout; it exits 0 and never answers without a decision: every
+//! failure (Warden unreachable, a bad event, no approval in time) is a deny
+//! that says why.
+
+#![forbid(unsafe_code)]
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use warden_hook::{ClaudeEvent, MAX_EVENT_BYTES, Verdict, explain, install};
+use warden_sdk::{Actor, Client, Error};
+
+/// Put Warden in front of a coding agent: run as the agent's pre-tool hook.
+///
+/// The monitor: WARDEN_ENDPOINT (default http://127.0.0.1:50051) and
+/// WARDEN_TOKEN or WARDEN_TOKEN_FILE (a harness token). Who acts:
+/// WARDEN_USER (default: the OS user) and WARDEN_AGENT (default
+/// `claude-code`); the session is the agent's own.
+#[derive(Debug, Parser)]
+#[command(name = "warden-hook", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Answer one Claude Code PreToolUse event (stdin -> stdout).
+    ClaudeCode {
+        /// The longest the hook waits for an approval, in seconds; it then
+        /// denies. Keep it below the hook entry's `timeout`.
+        #[arg(long, default_value_t = 900)]
+        max_wait: u64,
+    },
+    /// Add the hook to a Claude Code settings file (merged, never clobbered).
+    Install {
+        /// The agent.
+        #[arg(value_enum)]
+        agent: Agent,
+        /// Which settings: this project's `.claude/settings.json`, the
+        /// user's `~/.claude/settings.json`, or the managed
+        /// `/etc/claude-code/managed-settings.json` (with
+        /// `allowManagedHooksOnly`, which an agent cannot undo).
+        #[arg(long, value_enum, default_value_t = Scope::Project)]
+        scope: Scope,
+        /// The project folder (for `--scope project`).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Print the resulting settings instead of writing them.
+        #[arg(long)]
+        print: bool,
+        /// The hook's `--max-wait`; the entry's timeout is 30 s more.
+        #[arg(long, default_value_t = 900)]
+        max_wait: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Agent {
+    ClaudeCode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scope {
+    Project,
+    User,
+    Managed,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::ClaudeCode { max_wait } => {
+            let verdict = claude_code(Duration::from_secs(max_wait));
+            let mut out = std::io::stdout().lock();
+            // Nothing else is ever written to stdout: Claude Code reads it.
+            if writeln!(out, "{}", verdict.claude_code()).and_then(|()| out.flush()).is_err() {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Install { agent: Agent::ClaudeCode, scope, dir, print, max_wait } => {
+            match install_claude_code(scope, &dir, print, max_wait) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("warden-hook: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// The whole answer to one event; every failure is a deny naming it.
+fn claude_code(max_wait: Duration) -> Verdict {
+    let mut text = String::new();
+    let read = std::io::stdin().lock().take(MAX_EVENT_BYTES as u64 + 1).read_to_string(&mut text);
+    if let Err(e) = read {
+        return Verdict::Deny(format!("Warden's hook could not read the tool call ({e}): denied"));
+    }
+    if text.len() > MAX_EVENT_BYTES {
+        return Verdict::Deny("Warden's hook got a tool call over 1 MiB: denied".into());
+    }
+    let event = match ClaudeEvent::parse(&text) {
+        Ok(event) => event,
+        Err(e) => return Verdict::Deny(format!("Warden's hook: {e}: denied")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return Verdict::Deny(format!("Warden's hook could not start ({e}): denied")),
+    };
+    runtime.block_on(decide(&event, max_wait))
+}
+
+async fn decide(event: &ClaudeEvent, max_wait: Duration) -> Verdict {
+    let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:50051".to_owned());
+    let tool = &event.tool_name;
+    let request = match event.request() {
+        Ok(request) => request,
+        Err(e) => return Verdict::Deny(format!("Warden's hook: {e}: denied")),
+    };
+    let Some(user) = user() else {
+        return Verdict::Deny("Warden's hook does not know the user (set WARDEN_USER): denied".into());
+    };
+    let agent = std::env::var("WARDEN_AGENT").unwrap_or_else(|_| "claude-code".to_owned());
+    let actor = Actor::new(user, agent, event.session_id.clone());
+    let client = match Client::from_env().await {
+        Ok(client) => client,
+        Err(e) => return unreachable_deny(&endpoint, &e),
+    };
+    match tokio::time::timeout(max_wait, client.check(&actor, request)).await {
+        Ok(Ok(decision)) => {
+            Verdict::Allow(explain(&format!("Warden allowed `{tool}`"), &decision.policy_ids, &decision.reasons))
+        }
+        Ok(Err(Error::Denied(decision))) => {
+            let mut reasons = decision.reasons.clone();
+            if !decision.note.is_empty() {
+                reasons.push(format!("the approver said: {}", decision.note));
+            }
+            Verdict::Deny(explain(&format!("Warden denied `{tool}`"), &decision.policy_ids, &reasons))
+        }
+        Ok(Err(Error::NotApproved(decision))) => Verdict::Deny(format!(
+            "Warden: no approver answered in time for `{tool}` (approval {}): denied",
+            decision.approval_id
+        )),
+        Ok(Err(e)) => unreachable_deny(&endpoint, &e),
+        Err(_) => Verdict::Deny(format!(
+            "Warden: `{tool}` waited {} s for an approval, the hook's limit: denied",
+            max_wait.as_secs()
+        )),
+    }
+}
+
+/// `WARDEN_USER`, else the OS user: `USER`, `LOGNAME`, or what `id -un` says.
+fn user() -> Option<String> {
+    let from_env =
+        ["WARDEN_USER", "USER", "LOGNAME"].iter().find_map(|name| std::env::var(name).ok().filter(|u| !u.is_empty()));
+    from_env.or_else(|| {
+        let output = std::process::Command::new("id").arg("-un").output().ok()?;
+        Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+            .filter(|u| output.status.success() && !u.is_empty())
+    })
+}
+
+fn unreachable_deny(endpoint: &str, error: &Error) -> Verdict {
+    match error {
+        Error::Transport(_) | Error::Status(_) if error.is_transient() || matches!(error, Error::Transport(_)) => {
+            Verdict::Deny(format!("Warden is unreachable at {endpoint}: denied ({error})"))
+        }
+        other => Verdict::Deny(format!("Warden at {endpoint} gave no decision ({other}): denied")),
+    }
+}
+
+fn install_claude_code(scope: Scope, dir: &std::path::Path, print: bool, max_wait: u64) -> anyhow::Result<()> {
+    let path = match scope {
+        Scope::Project => dir.join(".claude/settings.json"),
+        Scope::User => PathBuf::from(std::env::var("HOME").context("HOME is not set")?).join(".claude/settings.json"),
+        Scope::Managed => PathBuf::from("/etc/claude-code/managed-settings.json"),
+    };
+    let binary = std::env::current_exe().context("cannot tell where warden-hook is")?;
+    let command = format!("{} claude-code --max-wait {max_wait}", binary.display());
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let merged = install::merge(existing.as_deref(), &command, max_wait + 30, scope == Scope::Managed, &path)?;
+    let text = serde_json::to_string_pretty(&merged)? + "\n";
+    if print {
+        print!("{text}");
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    // Written whole or not at all.
+    let temporary = path.with_extension("json.warden-tmp");
+    std::fs::write(&temporary, &text).with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::rename(&temporary, &path).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("warden-hook: the PreToolUse hook is in {}", path.display());
+    Ok(())
+}
