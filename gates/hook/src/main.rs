@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use warden_hook::{ClaudeEvent, MAX_EVENT_BYTES, Verdict, explain, install};
+use warden_hook::{MAX_EVENT_BYTES, Protocol, ToolCall, Verdict, explain, install, parse};
 use warden_sdk::{Actor, Client, Error};
 
 /// Put Warden in front of a coding agent: run as the agent's pre-tool hook.
@@ -33,12 +33,14 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Answer one Claude Code PreToolUse event (stdin -> stdout).
-    ClaudeCode {
-        /// The longest the hook waits for an approval, in seconds; it then
-        /// denies. Keep it below the hook entry's `timeout`.
-        #[arg(long, default_value_t = 900)]
-        max_wait: u64,
-    },
+    ClaudeCode(Wait),
+    /// Answer one Codex CLI PreToolUse event (a block is exit 2).
+    Codex(Wait),
+    /// Answer one Gemini CLI BeforeTool event.
+    Gemini(Wait),
+    /// Answer one Cursor beforeShellExecution, beforeMCPExecution or
+    /// beforeReadFile event.
+    Cursor(Wait),
     /// Add the hook to a Claude Code settings file (merged, never clobbered).
     Install {
         /// The agent.
@@ -62,6 +64,14 @@ enum Command {
     },
 }
 
+#[derive(Debug, clap::Args)]
+struct Wait {
+    /// The longest the hook waits for an approval, in seconds; it then
+    /// denies. Keep it below the agent's hook timeout.
+    #[arg(long, default_value_t = 900)]
+    max_wait: u64,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Agent {
     ClaudeCode,
@@ -76,30 +86,35 @@ enum Scope {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::ClaudeCode { max_wait } => {
-            let verdict = claude_code(Duration::from_secs(max_wait));
-            let mut out = std::io::stdout().lock();
-            // Nothing else is ever written to stdout: Claude Code reads it.
-            if writeln!(out, "{}", verdict.claude_code()).and_then(|()| out.flush()).is_err() {
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
+    let (protocol, wait) = match cli.command {
+        Command::ClaudeCode(wait) => (Protocol::ClaudeCode, wait),
+        Command::Codex(wait) => (Protocol::Codex, wait),
+        Command::Gemini(wait) => (Protocol::Gemini, wait),
+        Command::Cursor(wait) => (Protocol::Cursor, wait),
         Command::Install { agent: Agent::ClaudeCode, scope, dir, print, max_wait } => {
-            match install_claude_code(scope, &dir, print, max_wait) {
+            return match install_claude_code(scope, &dir, print, max_wait) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("warden-hook: {e:#}");
                     ExitCode::FAILURE
                 }
-            }
+            };
         }
+    };
+    let answer = hook(protocol, Duration::from_secs(wait.max_wait)).answer(protocol);
+    // Nothing else is ever written to stdout: the agent reads it.
+    let mut out = std::io::stdout().lock();
+    if !answer.stdout.is_empty() && writeln!(out, "{}", answer.stdout).and_then(|()| out.flush()).is_err() {
+        return ExitCode::FAILURE;
     }
+    if !answer.stderr.is_empty() {
+        eprintln!("{}", answer.stderr);
+    }
+    ExitCode::from(answer.exit)
 }
 
 /// The whole answer to one event; every failure is a deny naming it.
-fn claude_code(max_wait: Duration) -> Verdict {
+fn hook(protocol: Protocol, max_wait: Duration) -> Verdict {
     let mut text = String::new();
     let read = std::io::stdin().lock().take(MAX_EVENT_BYTES as u64 + 1).read_to_string(&mut text);
     if let Err(e) = read {
@@ -108,34 +123,30 @@ fn claude_code(max_wait: Duration) -> Verdict {
     if text.len() > MAX_EVENT_BYTES {
         return Verdict::Deny("Warden's hook got a tool call over 1 MiB: denied".into());
     }
-    let event = match ClaudeEvent::parse(&text) {
-        Ok(event) => event,
+    let call = match parse(protocol, &text) {
+        Ok(call) => call,
         Err(e) => return Verdict::Deny(format!("Warden's hook: {e}: denied")),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return Verdict::Deny(format!("Warden's hook could not start ({e}): denied")),
     };
-    runtime.block_on(decide(&event, max_wait))
+    runtime.block_on(decide(protocol, call, max_wait))
 }
 
-async fn decide(event: &ClaudeEvent, max_wait: Duration) -> Verdict {
+async fn decide(protocol: Protocol, call: ToolCall, max_wait: Duration) -> Verdict {
     let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:50051".to_owned());
-    let tool = &event.tool_name;
-    let request = match event.request() {
-        Ok(request) => request,
-        Err(e) => return Verdict::Deny(format!("Warden's hook: {e}: denied")),
-    };
+    let tool = &call.tool;
     let Some(user) = user() else {
         return Verdict::Deny("Warden's hook does not know the user (set WARDEN_USER): denied".into());
     };
-    let agent = std::env::var("WARDEN_AGENT").unwrap_or_else(|_| "claude-code".to_owned());
-    let actor = Actor::new(user, agent, event.session_id.clone());
+    let agent = std::env::var("WARDEN_AGENT").unwrap_or_else(|_| protocol.default_agent().to_owned());
+    let actor = Actor::new(user, agent, call.session.clone());
     let client = match Client::from_env().await {
         Ok(client) => client,
         Err(e) => return unreachable_deny(&endpoint, &e),
     };
-    match tokio::time::timeout(max_wait, client.check(&actor, request)).await {
+    match tokio::time::timeout(max_wait, client.check(&actor, call.request.clone())).await {
         Ok(Ok(decision)) => {
             Verdict::Allow(explain(&format!("Warden allowed `{tool}`"), &decision.policy_ids, &decision.reasons))
         }

@@ -1,0 +1,102 @@
+//! The `warden-hook` binary for each agent, fed the documented sample events
+//! of its protocol, against a real monitor with the bundled policies: what
+//! the agent reads on stdout, stderr and the exit code.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use warden_monitor::auth::{CredentialConfig, Role};
+use warden_monitor::server::{ServerConfig, start};
+
+const HARNESS: &str = "wdn_hook_protocol_harness";
+
+/// Runs `warden-hook <agent>` with `event` on stdin.
+fn hook(endpoint: &str, agent: &str, event: &Value) -> (String, String, i32) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden-hook"))
+        .args([agent, "--max-wait", "5"])
+        .env("WARDEN_ENDPOINT", endpoint)
+        .env("WARDEN_TOKEN", HARNESS)
+        .env("WARDEN_USER", "alice")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(event.to_string().as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        output.status.code().unwrap_or(-1),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_agent_gets_warden_s_answer_in_its_own_protocol() {
+    let data = tempfile::tempdir().unwrap();
+    let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    let config = ServerConfig::new(
+        policies,
+        data.path().to_owned(),
+        vec![CredentialConfig::for_token("hooks", Role::Harness, HARNESS, &["alice"])],
+    );
+    let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+    let endpoint = format!("http://{}", monitor.addr());
+    let run = |agent: &'static str, event: Value| {
+        let endpoint = endpoint.clone();
+        tokio::task::spawn_blocking(move || hook(&endpoint, agent, &event))
+    };
+
+    // Codex (PreToolUse, Claude Code's shape with `turn_id`): a block is exit
+    // 2 with the reason on stderr; an allowed call exits 0 and says nothing.
+    let codex = |command: &str| {
+        json!({"session_id": "codex-1", "turn_id": "turn-1", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
+            "model": "gpt-5", "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": "call_1"})
+    };
+    let (stdout, stderr, code) = run("codex", codex("cat ~/.ssh/id_rsa")).await.unwrap();
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(stderr.contains("no-credentials") && stderr.contains("credential files"), "{stderr}");
+    let (stdout, stderr, code) = run("codex", codex("ls -la")).await.unwrap();
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "", ""));
+
+    // Gemini CLI (BeforeTool): `{"decision", "reason"}` on stdout, exit 0.
+    let gemini = |tool: &str, input: Value| {
+        json!({"session_id": "gemini-1", "transcript_path": "/tmp/t.json", "cwd": "/home/alice/project",
+            "hook_event_name": "BeforeTool", "timestamp": "2026-12-01T10:00:00Z", "tool_name": tool, "tool_input": input})
+    };
+    let (stdout, _, code) =
+        run("gemini", gemini("write_file", json!({"file_path": ".env", "content": "X=1"}))).await.unwrap();
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((code, answer["decision"].as_str()), (0, Some("deny")), "{stdout}");
+    assert!(answer["reason"].as_str().unwrap().contains("files.no-credentials"), "{stdout}");
+    let (stdout, _, _) = run("gemini", gemini("read_file", json!({"file_path": "src/main.rs"}))).await.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["decision"], "allow", "{stdout}");
+
+    // Cursor: `{"permission", "user_message", "agent_message"}`.
+    let cursor = |event: &str, extra: Value| {
+        let mut value = json!({"conversation_id": "cursor-1", "generation_id": "gen-1", "hook_event_name": event,
+            "workspace_roots": ["/home/alice/project"]});
+        value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        value
+    };
+    let (stdout, _, code) = run(
+        "cursor",
+        cursor("beforeShellExecution", json!({"command": "rm -rf target", "cwd": "/home/alice/project"})),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    // The recursive delete waits for a person who does not answer within
+    // --max-wait: the hook denies, saying so.
+    assert_eq!((code, answer["permission"].as_str()), (0, Some("deny")), "{stdout}");
+    assert!(answer["agent_message"].as_str().unwrap().contains("waited 5 s"), "{stdout}");
+    let (stdout, _, _) =
+        run("cursor", cursor("beforeReadFile", json!({"file_path": "/home/alice/project/README.md", "content": "x"})))
+            .await
+            .unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["permission"], "allow", "{stdout}");
+    monitor.stop().await.unwrap();
+}
