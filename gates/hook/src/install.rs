@@ -53,7 +53,7 @@ pub fn merge(
             list.iter().any(|h| {
                 h.get("command")
                     .and_then(Value::as_str)
-                    .is_some_and(|c| c.contains("warden-hook") && c.ends_with("claude-code"))
+                    .is_some_and(|c| c.contains("warden-hook") && c.split_whitespace().any(|w| w == "claude-code"))
             })
         })
     };
@@ -81,7 +81,7 @@ mod tests {
     fn the_entry_is_merged_and_replaced_never_duplicated() {
         let path = Path::new("settings.json");
         let existing = r#"{"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]},
-            {"matcher": "*", "hooks": [{"type": "command", "command": "/old/warden-hook claude-code"}]}], "Stop": []}}"#;
+            {"matcher": "*", "hooks": [{"type": "command", "command": "/old/warden-hook claude-code --max-wait 60"}]}], "Stop": []}}"#;
         let merged = merge(Some(existing), "/usr/bin/warden-hook claude-code", 930, false, path).unwrap();
         assert_eq!(merged["model"], "opus");
         assert!(merged["hooks"]["Stop"].is_array());
@@ -92,7 +92,9 @@ mod tests {
         assert_eq!(pre[1]["hooks"][0]["onFailure"], "block");
         assert_eq!(pre[1]["hooks"][0]["timeout"], 930);
         assert!(merged.get("allowManagedHooksOnly").is_none());
-        let again = merge(Some(&merged.to_string()), "/usr/bin/warden-hook claude-code", 930, true, path).unwrap();
+        let again =
+            merge(Some(&merged.to_string()), "/usr/bin/warden-hook claude-code --max-wait 900", 930, true, path)
+                .unwrap();
         assert_eq!(again["hooks"]["PreToolUse"].as_array().unwrap().len(), 2);
         assert_eq!(again["allowManagedHooksOnly"], true);
         assert!(merge(Some("[1]"), "x claude-code", 1, false, path).is_err());

@@ -108,10 +108,11 @@ impl ClaudeEvent {
 pub enum Protocol {
     /// Claude Code's `PreToolUse` hook (see the module's documentation).
     ClaudeCode,
-    /// Codex CLI's `PreToolUse` hook: the event has Claude Code's shape
-    /// (`session_id`, `cwd`, `tool_name`, `tool_input.command`, plus
-    /// `turn_id`); a block is exit code 2 with the reason on stderr, and
-    /// exit 0 lets the call go on (developers.openai.com/codex/hooks).
+    /// Codex CLI's `PreToolUse` hook (`hooks.json`, the `codex_hooks`
+    /// feature; Codex's hooks documentation): the event has Claude Code's
+    /// shape (`session_id`, `cwd`, `tool_name` `Bash`, `tool_input.command`,
+    /// plus `turn_id`); a block is exit code 2 with the reason on stderr,
+    /// and exit 0 with nothing on stdout lets the call go on.
     Codex,
     /// Gemini CLI's `BeforeTool` hook: `session_id`, `cwd`, `tool_name`
     /// (`run_shell_command`, `read_file`, `write_file`, `replace` …),

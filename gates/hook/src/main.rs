@@ -52,6 +52,9 @@ enum Command {
         /// `allowManagedHooksOnly`, which an agent cannot undo).
         #[arg(long, value_enum, default_value_t = Scope::Project)]
         scope: Scope,
+        /// The same as `--scope managed`.
+        #[arg(long)]
+        managed: bool,
         /// The project folder (for `--scope project`).
         #[arg(long, default_value = ".")]
         dir: PathBuf,
@@ -91,7 +94,8 @@ fn main() -> ExitCode {
         Command::Codex(wait) => (Protocol::Codex, wait),
         Command::Gemini(wait) => (Protocol::Gemini, wait),
         Command::Cursor(wait) => (Protocol::Cursor, wait),
-        Command::Install { agent: Agent::ClaudeCode, scope, dir, print, max_wait } => {
+        Command::Install { agent: Agent::ClaudeCode, scope, managed, dir, print, max_wait } => {
+            let scope = if managed { Scope::Managed } else { scope };
             return match install_claude_code(scope, &dir, print, max_wait) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
