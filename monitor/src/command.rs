@@ -827,6 +827,7 @@ impl Expander<'_> {
     fn word(&mut self, word: &ast::Word, cwd: &Cwd, depth: usize) -> Word {
         let text = &word.value;
         let unquoted_braces = has_brace_expansion(text);
+        let substitutes = ["$(", "`", "<(", ">("].iter().any(|m| text.contains(m));
         match brush_parser::word::parse(text, &parser_options()) {
             Ok(pieces) => {
                 let mut out = self.pieces(&pieces, cwd, depth, false);
@@ -834,9 +835,20 @@ impl Expander<'_> {
                 if out.dynamic {
                     out.text = text.clone();
                 }
+                // A substitution inside a parameter expansion
+                // (`${X:-$(rm -rf ~)}`) runs, and the word pieces do not
+                // show it: what cannot be seen into is opaque.
+                if substitutes && text.contains("${") {
+                    self.exec(&[Word::literal("${"), Word::literal(text)], cwd, true);
+                }
                 out
             }
-            Err(_) => Word { text: text.clone(), dynamic: true, glob: false },
+            Err(_) => {
+                if substitutes {
+                    self.exec(&[Word::literal(text)], cwd, true);
+                }
+                Word { text: text.clone(), dynamic: true, glob: false }
+            }
         }
     }
 
@@ -1425,6 +1437,8 @@ mod tests {
         assert_eq!(bash("( ( rm z ) )"), ["exec rm z", "fs.delete /home/alice/project/z"]);
         assert_eq!(bash("(( n += 1 ))"), Vec::<String>::new());
         assert_eq!(bash("(( $(rm z) ))"), ["exec! '((' '$(rm z)'"]);
+        // A substitution inside a parameter expansion runs unseen: opaque.
+        assert_eq!(bash("echo ${X:-$(rm -rf ~)}"), ["exec! '${' '${X:-$(rm -rf ~)}'"]);
     }
 
     #[test]
