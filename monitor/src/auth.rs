@@ -23,10 +23,10 @@ pub enum Role {
 
 impl Role {
     /// Every role, in the order tokens are created on first start.
-    pub const ALL: [Role; 3] = [Role::Harness, Role::Approver, Role::Admin];
+    pub(crate) const ALL: [Role; 3] = [Role::Harness, Role::Approver, Role::Admin];
 
     /// `harness`, `approver` or `admin`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Harness => "harness",
             Role::Approver => "approver",
@@ -93,7 +93,7 @@ impl CredentialConfig {
 
 /// Which users a harness may act for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UserScope {
+pub(crate) enum UserScope {
     /// Every user (`users = ["*"]`).
     All,
     /// Only these.
@@ -102,24 +102,24 @@ pub enum UserScope {
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The credential's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its role.
-    pub role: Role,
+    pub(crate) role: Role,
     /// For harnesses, whom it may act for.
-    pub users: UserScope,
+    pub(crate) users: UserScope,
     /// For approvers, the approver groups it belongs to.
-    pub groups: UserScope,
+    pub(crate) groups: UserScope,
     /// For harnesses, its rate limit.
-    pub rate: Option<crate::ratelimit::Rate>,
+    pub(crate) rate: Option<crate::ratelimit::Rate>,
 }
 
 impl Caller {
     /// Whether this caller may resolve an approval that names `approvers`
     /// (every group named must be one of the caller's: each policy in the
     /// way chose who may lift it). No group named: any approver.
-    pub fn may_resolve(&self, approvers: &[String]) -> bool {
+    pub(crate) fn may_resolve(&self, approvers: &[String]) -> bool {
         self.role == Role::Approver
             && approvers.iter().all(|group| match &self.groups {
                 UserScope::All => true,
@@ -128,7 +128,7 @@ impl Caller {
     }
 
     /// Whether this caller may ask on behalf of `user`.
-    pub fn may_act_for(&self, user: &str) -> bool {
+    pub(crate) fn may_act_for(&self, user: &str) -> bool {
         match &self.users {
             UserScope::All => true,
             UserScope::Only(users) => users.contains(user),
@@ -141,21 +141,21 @@ impl Caller {
 #[error("credential `{name}`: {message}")]
 pub struct CredentialError {
     /// The credential at fault.
-    pub name: String,
+    pub(crate) name: String,
     /// What is wrong.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Every credential the monitor accepts, by token hash.
 #[derive(Debug, Default)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     by_hash: HashMap<[u8; 32], Arc<Caller>>,
     by_cert: HashMap<[u8; 32], Arc<Caller>>,
 }
 
 impl Credentials {
     /// Checks and indexes a credential list.
-    pub fn new(configs: &[CredentialConfig]) -> Result<Self, CredentialError> {
+    pub(crate) fn new(configs: &[CredentialConfig]) -> Result<Self, CredentialError> {
         let mut by_hash = HashMap::new();
         let mut by_cert = HashMap::new();
         let mut names = HashSet::new();
@@ -219,23 +219,13 @@ impl Credentials {
     }
 
     /// The caller whose client certificate (DER) this is.
-    pub fn authenticate_cert(&self, der: &[u8]) -> Option<Arc<Caller>> {
+    pub(crate) fn authenticate_cert(&self, der: &[u8]) -> Option<Arc<Caller>> {
         self.by_cert.get(&<[u8; 32]>::from(Sha256::digest(der))).cloned()
     }
 
     /// The caller whose token this is.
-    pub fn authenticate(&self, token: &str) -> Option<Arc<Caller>> {
+    pub(crate) fn authenticate(&self, token: &str) -> Option<Arc<Caller>> {
         self.by_hash.get(&hash_token(token)).cloned()
-    }
-
-    /// How many credentials there are.
-    pub fn len(&self) -> usize {
-        self.by_hash.len() + self.by_cert.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.by_hash.is_empty() && self.by_cert.is_empty()
     }
 }
 
@@ -256,12 +246,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// SHA-256 of a token.
-pub fn hash_token(token: &str) -> [u8; 32] {
+pub(crate) fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// A new random token: `wdn_` and 64 hex digits (256 bits from the OS).
-pub fn generate_token() -> Result<String, getrandom::Error> {
+pub(crate) fn generate_token() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
     Ok(format!("wdn_{}", hex::encode(bytes)))

@@ -41,11 +41,11 @@ fn message(seq: u64, hash: &str, time_unix_ns: i64) -> Vec<u8> {
 }
 
 /// The monitor's signing key.
-pub struct CheckpointKey(SigningKey);
+pub(crate) struct CheckpointKey(SigningKey);
 
 impl CheckpointKey {
     /// Reads the key file, or creates it (32 random bytes, hex, mode 0600).
-    pub fn load_or_create(path: &Path) -> Result<Self, String> {
+    pub(crate) fn load_or_create(path: &Path) -> Result<Self, String> {
         let describe = |e: std::io::Error| format!("{}: {e}", path.display());
         let bytes = match std::fs::read_to_string(path) {
             Ok(text) => hex::decode(text.trim()).map_err(|e| format!("{}: not a hex key: {e}", path.display()))?,
@@ -69,12 +69,12 @@ impl CheckpointKey {
     }
 
     /// The public key, hex.
-    pub fn public_hex(&self) -> String {
+    pub(crate) fn public_hex(&self) -> String {
         hex::encode(self.0.verifying_key().to_bytes())
     }
 
     /// Signs a head.
-    pub fn sign(&self, head: &Head, time_unix_ns: i64) -> Checkpoint {
+    pub(crate) fn sign(&self, head: &Head, time_unix_ns: i64) -> Checkpoint {
         let signature = self.0.sign(&message(head.seq, &head.hash, time_unix_ns));
         Checkpoint {
             seq: head.seq,
@@ -87,7 +87,7 @@ impl CheckpointKey {
 }
 
 /// Checks a checkpoint's signature (by its own public key).
-pub fn verify_signature(checkpoint: &Checkpoint) -> Result<(), String> {
+pub(crate) fn verify_signature(checkpoint: &Checkpoint) -> Result<(), String> {
     let key: [u8; 32] = hex::decode(&checkpoint.public_key)
         .ok()
         .and_then(|b| b.try_into().ok())

@@ -40,13 +40,13 @@ pub struct Part {
     /// A file part whose path is a pattern (a glob, `find`'s `{}`), kept as
     /// written (`File.pattern`).
     #[serde(default)]
-    pub pattern: bool,
+    pub(crate) pattern: bool,
 }
 
 impl Part {
     /// The part in one line, for tests and corpora: `exec cat a`,
     /// `fs.read /w/a`, with ` opaque` or ` pattern` after it when set.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let target = match &self.resource {
             ResourceInput::Command { argv, .. } => quote_argv(argv),
             ResourceInput::File { path, .. } => path.clone(),
@@ -61,7 +61,7 @@ impl Part {
     }
 
     /// The part as people read it: `cat /x (exec)`, `/x (fs.read)`.
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         let what = match &self.resource {
             ResourceInput::Command { argv, .. } => quote_argv(argv),
             ResourceInput::File { path, cwd } if !path.starts_with('/') && !cwd.is_empty() => {

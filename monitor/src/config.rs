@@ -13,17 +13,17 @@ use crate::auth::{CredentialConfig, Role, generate_token, hash_token};
 use crate::duration::parse_duration;
 
 /// Default listen address.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
 /// Default policy folder.
-pub const DEFAULT_POLICIES: &str = "./policies";
+pub(crate) const DEFAULT_POLICIES: &str = "./policies";
 /// Default data folder.
-pub const DEFAULT_DATA: &str = "./.warden";
+pub(crate) const DEFAULT_DATA: &str = "./.warden";
 /// The credentials file in the data folder.
 pub const CREDENTIALS_FILE: &str = "credentials.toml";
 /// The checkpoint signing key in the data folder (outside the store).
-pub const CHECKPOINT_KEY_FILE: &str = "checkpoint.key";
+pub(crate) const CHECKPOINT_KEY_FILE: &str = "checkpoint.key";
 /// Signed checkpoints, one JSON line each, in the data folder.
-pub const CHECKPOINT_LOG_FILE: &str = "checkpoints.jsonl";
+pub(crate) const CHECKPOINT_LOG_FILE: &str = "checkpoints.jsonl";
 /// The sled store's folder in the data folder.
 pub const STORE_DIR: &str = "store";
 
@@ -75,44 +75,44 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Address to listen on, e.g. `127.0.0.1:50051`.
-    pub listen: Option<String>,
+    pub(crate) listen: Option<String>,
     /// Policy folder.
-    pub policies: Option<PathBuf>,
+    pub(crate) policies: Option<PathBuf>,
     /// Data folder (store, tokens, credentials).
-    pub data: Option<PathBuf>,
+    pub(crate) data: Option<PathBuf>,
     /// `text` or `json`.
-    pub log_format: Option<LogFormat>,
+    pub(crate) log_format: Option<LogFormat>,
     /// How long an approval waits when no policy says (`@timeout`), e.g. `10m`.
-    pub default_approval_timeout: Option<String>,
+    pub(crate) default_approval_timeout: Option<String>,
     /// The longest a grant (or an approval for a window) may last, e.g. `7d`.
-    pub max_grant_duration: Option<String>,
+    pub(crate) max_grant_duration: Option<String>,
     /// `fsync` (default: an answer means the record survives power loss) or
     /// `flush` (survives a killed process; faster).
-    pub durability: Option<crate::store::Durability>,
+    pub(crate) durability: Option<crate::store::Durability>,
     /// How often the audit head is signed, e.g. `5m` (and on shutdown).
-    pub checkpoint_interval: Option<String>,
+    pub(crate) checkpoint_interval: Option<String>,
     /// Per-session rate limit, requests per second (off when not set).
-    pub session_rate_per_second: Option<f64>,
+    pub(crate) session_rate_per_second: Option<f64>,
     /// Per-session burst (default: one second's worth).
-    pub session_burst: Option<u32>,
+    pub(crate) session_burst: Option<u32>,
     /// Most approvals one session may have waiting at once (default 20).
-    pub max_pending_per_session: Option<usize>,
+    pub(crate) max_pending_per_session: Option<usize>,
     /// Most approvals one harness credential may have waiting at once.
-    pub max_pending_per_harness: Option<usize>,
+    pub(crate) max_pending_per_harness: Option<usize>,
     /// TLS certificate chain (PEM file).
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// TLS private key (PEM file).
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
     /// CA (PEM file) for client certificates: mutual TLS.
-    pub tls_client_ca: Option<PathBuf>,
+    pub(crate) tls_client_ca: Option<PathBuf>,
     /// A Unix socket for local approvers and admins.
-    pub socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// The uids that may connect to it (default: the data folder's owner).
     #[serde(default)]
-    pub socket_uids: Vec<u32>,
+    pub(crate) socket_uids: Vec<u32>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
-    pub credentials: Vec<CredentialConfig>,
+    pub(crate) credentials: Vec<CredentialConfig>,
 }
 
 impl FileConfig {

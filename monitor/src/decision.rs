@@ -20,8 +20,8 @@ use cedar_policy::{
 use time::OffsetDateTime;
 
 use crate::command::Part;
+pub(crate) use crate::entities::cedar_datetime;
 use crate::entities::{Ancestors, add_known, uid};
-pub use crate::entities::{cedar_datetime, cedar_datetime_ns};
 use crate::grants::{CompiledGrant, UserGrants};
 use crate::normalize::{InvalidInput, NormalizedRequest, Resource, normalize_resource};
 use crate::policy::PolicySnapshot;
@@ -49,21 +49,21 @@ impl Outcome {
     }
 
     /// The outcome named `ALLOW`, `DENY` or `PENDING`.
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         [Outcome::Allow, Outcome::Deny, Outcome::Pending].into_iter().find(|o| o.as_str() == name)
     }
 }
 
 /// How a pending action may be approved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalTerms {
+pub(crate) struct ApprovalTerms {
     /// Groups named by `@approvers` on the policies in the way; empty: any approver.
-    pub approvers: Vec<String>,
+    pub(crate) approvers: Vec<String>,
     /// How long the approval may wait: the shortest `@timeout` of the
     /// policies in the way, else the configured default.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The policies that would permit the action once approved.
-    pub permit_ids: Vec<String>,
+    pub(crate) permit_ids: Vec<String>,
 }
 
 /// The result of evaluating one request.
@@ -72,16 +72,16 @@ pub struct Evaluation {
     /// ALLOW, DENY or PENDING.
     pub outcome: Outcome,
     /// `@id`s of the determining policies.
-    pub policy_ids: Vec<String>,
+    pub(crate) policy_ids: Vec<String>,
     /// Their `@reason`s and the monitor's own reasons.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// Set exactly when the outcome is PENDING.
-    pub approval: Option<ApprovalTerms>,
+    pub(crate) approval: Option<ApprovalTerms>,
     /// Grants that matched (and so counted as approval).
     pub grant_ids: Vec<String>,
     /// For ALLOW: the `@label`s of the determining policies, which the
     /// session gains.
-    pub labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
     /// For a command of several parts: each part and how it was decided,
     /// for the audit record (`part 2 of 3, `cat /x` (fs.read): DENY by …`).
     pub parts: Vec<String>,
@@ -89,7 +89,7 @@ pub struct Evaluation {
 
 impl Evaluation {
     /// A denial with these policies and reasons.
-    pub fn deny(policy_ids: Vec<String>, reasons: Vec<String>) -> Self {
+    pub(crate) fn deny(policy_ids: Vec<String>, reasons: Vec<String>) -> Self {
         Self { outcome: Outcome::Deny, policy_ids, reasons, ..Self::default() }
     }
 }
@@ -174,7 +174,7 @@ pub fn decide(
 /// Whether `request` is a command of several parts (a script, a wrapper, a
 /// program with file arguments), which has no parent scope to approve a
 /// window over: only that exact command.
-pub fn is_composite(snapshot: &PolicySnapshot, request: &NormalizedRequest) -> bool {
+pub(crate) fn is_composite(snapshot: &PolicySnapshot, request: &NormalizedRequest) -> bool {
     let request = identified(snapshot, request);
     match command_parts(snapshot, &request) {
         Ok(Some(parts)) => !is_itself(&parts, &request),
@@ -186,7 +186,7 @@ pub fn is_composite(snapshot: &PolicySnapshot, request: &NormalizedRequest) -> b
 
 /// The request as policies see it: a command's program by its identity
 /// (`programs::Programs::identity`).
-pub fn identified<'r>(snapshot: &PolicySnapshot, request: &'r NormalizedRequest) -> Cow<'r, NormalizedRequest> {
+pub(crate) fn identified<'r>(snapshot: &PolicySnapshot, request: &'r NormalizedRequest) -> Cow<'r, NormalizedRequest> {
     if let Resource::Command { program, path, .. } = &request.resource {
         let identity = snapshot.programs.identity(program, path);
         if &identity != program {
@@ -203,7 +203,7 @@ pub fn identified<'r>(snapshot: &PolicySnapshot, request: &'r NormalizedRequest)
 /// The parts of an `exec` request, each as a request of its own; `None`
 /// for any other request. Parts whose action the schema does not have (a
 /// policy set without file actions) are left out.
-pub fn command_parts(
+pub(crate) fn command_parts(
     snapshot: &PolicySnapshot,
     request: &NormalizedRequest,
 ) -> Result<Option<Vec<(Part, NormalizedRequest)>>, InvalidInput> {
@@ -470,7 +470,7 @@ fn decide_one(
 /// `context.approved = true` against the policies of this moment. ALLOW with
 /// the permits, or DENY with what stands in the way now. A command: every
 /// part, as in [`decide`].
-pub fn decide_approved(
+pub(crate) fn decide_approved(
     snapshot: &PolicySnapshot,
     request: &NormalizedRequest,
     facts: &SessionFacts,
@@ -525,17 +525,17 @@ fn decide_approved_one(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyTrace {
     /// `@id` (or the grant id).
-    pub id: String,
+    pub(crate) id: String,
     /// `permit` or `forbid`.
-    pub effect: &'static str,
+    pub(crate) effect: &'static str,
     /// The file it came from (`grant` for grants).
-    pub file: String,
+    pub(crate) file: String,
     /// Its conditions hold with `context.approved = false`.
-    pub matches: bool,
+    pub(crate) matches: bool,
     /// Its conditions hold with `context.approved = true`.
-    pub matches_approved: bool,
+    pub(crate) matches_approved: bool,
     /// Its evaluation error, if any.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Every policy (and grant of the user) evaluated on its own against the

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// A duration that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{0}` is not a duration: write a number with a unit, e.g. `90s`, `15m`, `1h30m` or `2d`")]
-pub struct DurationError(pub String);
+pub struct DurationError(pub(crate) String);
 
 /// Parses `<number><unit>` pairs, units `s`, `m`, `h`, `d`; at least one
 /// pair, no sign, no fractions.

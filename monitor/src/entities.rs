@@ -72,13 +72,13 @@ pub(crate) fn uid(type_name: &EntityTypeName, id: &str) -> EntityUid {
 
 /// [`cedar_datetime`] of nanoseconds since the Unix epoch (clamped to the
 /// range Cedar and `time` accept).
-pub fn cedar_datetime_ns(unix_ns: i64) -> String {
+pub(crate) fn cedar_datetime_ns(unix_ns: i64) -> String {
     let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns)).unwrap_or(OffsetDateTime::UNIX_EPOCH);
     cedar_datetime(at)
 }
 
 /// Cedar's datetime form, in UTC with milliseconds: `2026-05-10T12:00:00.000Z`.
-pub fn cedar_datetime(now: OffsetDateTime) -> String {
+pub(crate) fn cedar_datetime(now: OffsetDateTime) -> String {
     let now = now.to_offset(time::UtcOffset::UTC);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",

@@ -52,11 +52,11 @@ pub struct Grant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     /// `true`: everything `in` the entity; `false`: the entity itself.
-    pub within: bool,
+    pub(crate) within: bool,
     /// The Cedar entity type.
-    pub entity_type: &'static str,
+    pub(crate) entity_type: &'static str,
     /// The entity id, normalized like a request's.
-    pub id: String,
+    pub(crate) id: String,
 }
 
 impl Scope {
@@ -78,7 +78,7 @@ impl Scope {
     }
 
     /// The scope of "this resource" or "its parent" (approve for a window).
-    pub fn of_resource(resource: &Resource, parent: bool) -> Result<Self, InvalidInput> {
+    pub(crate) fn of_resource(resource: &Resource, parent: bool) -> Result<Self, InvalidInput> {
         let exact = |entity_type: &'static str| Scope { within: false, entity_type, id: resource.entity_id() };
         if !parent {
             return Ok(exact(resource.entity_type()));
@@ -173,7 +173,7 @@ fn quote(text: &str) -> String {
 /// The Cedar policy of a grant: a `permit` for its principal, actions and
 /// resource, with the expiry in the condition so that it stops matching at
 /// once.
-pub fn grant_policy(grant: &Grant, scope: &Scope) -> String {
+pub(crate) fn grant_policy(grant: &Grant, scope: &Scope) -> String {
     let principal = if grant.session.is_empty() {
         format!("principal in User::{}", quote(&grant.user))
     } else {
@@ -199,7 +199,7 @@ pub fn grant_policy(grant: &Grant, scope: &Scope) -> String {
 
 /// Parses and strictly validates a grant's policy against the snapshot's
 /// schema; the message names what is wrong.
-pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<CompiledGrant, InvalidInput> {
+pub(crate) fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<CompiledGrant, InvalidInput> {
     let scope = parse_scope(&grant.resource_scope)?;
     let text = grant_policy(grant, &scope);
     let policy = Policy::parse(Some(PolicyId::new(&grant.grant_id)), &text)
@@ -231,9 +231,9 @@ pub fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<CompiledGrant
 /// A grant's Cedar policy, with what of its scope is checked before Cedar
 /// runs.
 #[derive(Debug)]
-pub struct CompiledGrant {
+pub(crate) struct CompiledGrant {
     /// The generated permit.
-    pub policy: Policy,
+    pub(crate) policy: Policy,
     /// The entity its resource scope names.
     scope: EntityUid,
     /// `resource in` the entity (`true`) or `resource ==` it.
@@ -249,13 +249,13 @@ pub struct CompiledGrant {
 impl CompiledGrant {
     /// Whether this grant lifts only the forbids of some approver groups
     /// (an approver's window), not every one (an admin's grant).
-    pub fn restricted(&self) -> bool {
+    pub(crate) fn restricted(&self) -> bool {
         self.approver_groups.is_some()
     }
 
     /// Whether this grant counts as approval for a forbid whose
     /// `@approvers` group is `approvers` (none: any approver).
-    pub fn lifts(&self, approvers: Option<&str>) -> bool {
+    pub(crate) fn lifts(&self, approvers: Option<&str>) -> bool {
         match (&self.approver_groups, approvers) {
             (None, _) | (Some(_), None) => true,
             (Some(groups), Some(group)) => groups.iter().any(|g| g == "*" || g == group),
@@ -298,12 +298,12 @@ impl UserGrants {
     }
 
     /// The grant whose policy id (its grant id) is `id`.
-    pub fn get(&self, id: &str) -> Option<&CompiledGrant> {
+    pub(crate) fn get(&self, id: &str) -> Option<&CompiledGrant> {
         self.by_id.get(id).map(Arc::as_ref)
     }
 
     /// Every grant's policy.
-    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+    pub(crate) fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.grants.iter().map(|g| &g.policy)
     }
 
@@ -378,14 +378,14 @@ impl GrantBook {
     }
 
     /// Adds a compiled grant.
-    pub fn insert(&mut self, grant: Grant, compiled: CompiledGrant) {
+    pub(crate) fn insert(&mut self, grant: Grant, compiled: CompiledGrant) {
         let user = grant.user.clone();
         self.by_user.entry(user.clone()).or_default().insert(grant.grant_id.clone(), (grant, Arc::new(compiled)));
         self.rebuild(&user);
     }
 
     /// Removes a grant.
-    pub fn remove(&mut self, grant_id: &str) -> Option<Grant> {
+    pub(crate) fn remove(&mut self, grant_id: &str) -> Option<Grant> {
         let user =
             self.by_user.iter().find(|(_, grants)| grants.contains_key(grant_id)).map(|(user, _)| user.clone())?;
         let removed = self.by_user.get_mut(&user).and_then(|grants| grants.remove(grant_id)).map(|(grant, _)| grant);
@@ -412,12 +412,12 @@ impl GrantBook {
     }
 
     /// Every grant.
-    pub fn all(&self) -> impl Iterator<Item = &Grant> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Grant> {
         self.by_user.values().flat_map(|grants| grants.values().map(|(grant, _)| grant))
     }
 
     /// One grant.
-    pub fn get(&self, grant_id: &str) -> Option<&Grant> {
+    pub(crate) fn get(&self, grant_id: &str) -> Option<&Grant> {
         self.by_user.values().find_map(|grants| grants.get(grant_id).map(|(grant, _)| grant))
     }
 

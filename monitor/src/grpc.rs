@@ -26,7 +26,7 @@ use crate::store::StoreError;
 /// is `UNAUTHENTICATED`, another role's token is `PERMISSION_DENIED`. Runs
 /// before the request's content is looked at.
 #[derive(Clone)]
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     credentials: Arc<Credentials>,
     role: Role,
     /// On the Unix socket: the peer uids admitted at all.
@@ -35,7 +35,7 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Admits only tokens of `role`.
-    pub fn new(credentials: Arc<Credentials>, role: Role) -> Self {
+    pub(crate) fn new(credentials: Arc<Credentials>, role: Role) -> Self {
         Self { credentials, role, uids: None }
     }
 }
@@ -91,14 +91,14 @@ fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, Status> {
 
 /// The largest request the monitor reads (every field has its own, smaller
 /// limit in `normalize::limits`).
-pub const MAX_MESSAGE_BYTES: usize = 512 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 512 * 1024;
 
 /// Reports the health of the Warden services.
-pub struct Health(tonic_health::server::HealthReporter);
+pub(crate) struct Health(tonic_health::server::HealthReporter);
 
 impl Health {
     /// Marks every Warden service as no longer serving (shutdown has begun).
-    pub async fn stopping(&self) {
+    pub(crate) async fn stopping(&self) {
         self.0.set_not_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
         self.0.set_not_serving::<pb::approvals_server::ApprovalsServer<ApprovalsService>>().await;
         self.0.set_not_serving::<pb::admin_server::AdminServer<AdminService>>().await;
@@ -107,7 +107,7 @@ impl Health {
 
 /// Every service behind its role's authentication, plus health (no token)
 /// and reflection.
-pub async fn router(
+pub(crate) async fn router(
     monitor: &Arc<Monitor>,
     credentials: &Arc<Credentials>,
     tls: Option<&crate::config::TlsPem>,
@@ -190,13 +190,13 @@ impl From<CallError> for Status {
 }
 
 /// The `Authority` service for harnesses.
-pub struct AuthorityService {
+pub(crate) struct AuthorityService {
     monitor: Arc<Monitor>,
 }
 
 impl AuthorityService {
     /// Serves `monitor`.
-    pub fn new(monitor: Arc<Monitor>) -> Self {
+    pub(crate) fn new(monitor: Arc<Monitor>) -> Self {
         Self { monitor }
     }
 }
@@ -240,13 +240,13 @@ impl pb::authority_server::Authority for AuthorityService {
 }
 
 /// The `Admin` service for the security team.
-pub struct AdminService {
+pub(crate) struct AdminService {
     monitor: Arc<Monitor>,
 }
 
 impl AdminService {
     /// Serves `monitor`.
-    pub fn new(monitor: Arc<Monitor>) -> Self {
+    pub(crate) fn new(monitor: Arc<Monitor>) -> Self {
         Self { monitor }
     }
 }
@@ -456,13 +456,13 @@ impl pb::admin_server::Admin for AdminService {
 }
 
 /// The `Approvals` service for approvers on call.
-pub struct ApprovalsService {
+pub(crate) struct ApprovalsService {
     monitor: Arc<Monitor>,
 }
 
 impl ApprovalsService {
     /// Serves `monitor`.
-    pub fn new(monitor: Arc<Monitor>) -> Self {
+    pub(crate) fn new(monitor: Arc<Monitor>) -> Self {
         Self { monitor }
     }
 }
@@ -697,7 +697,7 @@ fn approval_event(approval: ApprovalRecord) -> pb::ApprovalEvent {
 }
 
 /// An approval as approvers see it.
-pub fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
+pub(crate) fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
     let state = match approval.state {
         ApprovalState::Pending => pb::ApprovalState::Pending,
         ApprovalState::Approved => pb::ApprovalState::Approved,
@@ -759,7 +759,7 @@ fn resource_input(kind: pb::resource::Kind) -> ResourceInput {
 }
 
 /// Converts a `PreviewRequest` into the domain's input, naming missing fields.
-pub fn preview_input(message: pb::PreviewRequest) -> Result<PreviewInput, InvalidInput> {
+pub(crate) fn preview_input(message: pb::PreviewRequest) -> Result<PreviewInput, InvalidInput> {
     let actor = message.actor.ok_or_else(|| InvalidInput::new("actor", "is required"))?;
     let resources = message
         .resources
@@ -806,7 +806,7 @@ fn outcome_to_proto(outcome: Outcome) -> pb::Outcome {
 }
 
 /// A decision as the harness sees it.
-pub fn decision_to_proto(decision: DecisionRecord) -> pb::Decision {
+pub(crate) fn decision_to_proto(decision: DecisionRecord) -> pb::Decision {
     pb::Decision {
         request_id: decision.request_id,
         outcome: outcome_to_proto(decision.outcome) as i32,

@@ -76,7 +76,7 @@ struct ActionPolicies {
 
 /// Policies by action, with their scopes.
 #[derive(Debug, Default)]
-pub struct PolicyIndex {
+pub(crate) struct PolicyIndex {
     /// Every policy once (a copy per action cost 13 MiB at 10,000 policies).
     scoped: Vec<Scoped>,
     by_action: HashMap<String, ActionPolicies>,
@@ -86,7 +86,7 @@ pub struct PolicyIndex {
 impl PolicyIndex {
     /// Indexes `policies` for the actions of the schema (`action_entities`
     /// gives each action's groups, for `action in Action::"group"`).
-    pub fn build(policies: &PolicySet, actions: &[EntityUid], action_entities: &Entities) -> Self {
+    pub(crate) fn build(policies: &PolicySet, actions: &[EntityUid], action_entities: &Entities) -> Self {
         let scoped: Vec<Scoped> = policies
             .policies()
             .map(|policy| Scoped {

@@ -3,7 +3,7 @@
 //!
 //! Pure core, no I/O beyond reading the policy folder: [`normalize`],
 //! [`policy`], [`decision`]. Effects: [`store`] (sled, made durable by the
-//! write-ahead log in [`store::wal`]), [`service`] (what each call does,
+//! write-ahead log in `store::wal`), [`service`] (what each call does,
 //! proto-free), [`grpc`] (the only module that knows proto types),
 //! [`server`] (wiring, listeners, shutdown), [`config`] and [`auth`].
 
@@ -20,7 +20,7 @@ pub(crate) mod entities;
 pub mod grants;
 pub mod grpc;
 pub(crate) mod index;
-pub mod model;
+pub(crate) mod model;
 pub mod normalize;
 pub mod policy;
 pub mod policytest;

@@ -12,102 +12,102 @@ use crate::normalize::{Actor, NormalizedRequest, RequestInput};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
     /// Position in the log, from 1, without gaps.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// When it happened, nanoseconds since the Unix epoch.
-    pub time_unix_ns: i64,
+    pub(crate) time_unix_ns: i64,
     /// What happened: `decision`, and more kinds as the monitor grows.
-    pub kind: String,
+    pub(crate) kind: String,
     /// The authenticated credential that caused it.
-    pub caller: String,
+    pub(crate) caller: String,
     /// Who acted (empty for records that are not about a request).
-    pub actor: Actor,
+    pub(crate) actor: Actor,
     /// The Cedar action.
-    pub action: String,
+    pub(crate) action: String,
     /// The normalized resource, `Type::"id"`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// The whole normalized request (method, argv, cwd, justification,
     /// context…) as JSON; empty for records that are not about a request.
     #[serde(default)]
-    pub request: String,
+    pub(crate) request: String,
     /// `ALLOW`, `DENY`, `PENDING`, or empty.
     pub outcome: String,
     /// Determining policy ids.
-    pub policy_ids: Vec<String>,
+    pub(crate) policy_ids: Vec<String>,
     /// Reasons given.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// The policy version that decided.
-    pub policy_version: String,
+    pub(crate) policy_version: String,
     /// The harness's request id.
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// The approval, for PENDING and its resolution.
-    pub approval_id: String,
+    pub(crate) approval_id: String,
     /// Hex SHA-256 of the previous record; all zeros for the first.
-    pub prev_hash: String,
+    pub(crate) prev_hash: String,
     /// Hex SHA-256 of this record's canonical encoding.
     pub hash: String,
 }
 
 /// What a caller wants recorded; the writer adds seq and hashes.
 #[derive(Debug, Clone, Default)]
-pub struct AuditEntry {
+pub(crate) struct AuditEntry {
     /// See [`AuditRecord`].
-    pub time_unix_ns: i64,
+    pub(crate) time_unix_ns: i64,
     /// See [`AuditRecord`].
-    pub kind: String,
+    pub(crate) kind: String,
     /// See [`AuditRecord`].
-    pub caller: String,
+    pub(crate) caller: String,
     /// See [`AuditRecord`].
-    pub actor: Option<Actor>,
+    pub(crate) actor: Option<Actor>,
     /// See [`AuditRecord`].
-    pub action: String,
+    pub(crate) action: String,
     /// See [`AuditRecord`].
-    pub resource: String,
+    pub(crate) resource: String,
     /// See [`AuditRecord`].
-    pub request: String,
+    pub(crate) request: String,
     /// See [`AuditRecord`].
-    pub outcome: String,
+    pub(crate) outcome: String,
     /// See [`AuditRecord`].
-    pub policy_ids: Vec<String>,
+    pub(crate) policy_ids: Vec<String>,
     /// See [`AuditRecord`].
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// See [`AuditRecord`].
-    pub policy_version: String,
+    pub(crate) policy_version: String,
     /// See [`AuditRecord`].
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// See [`AuditRecord`].
-    pub approval_id: String,
+    pub(crate) approval_id: String,
 }
 
 /// A decision as given to a harness, and as kept for idempotent replays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DecisionRecord {
+pub(crate) struct DecisionRecord {
     /// The harness's request id (or the one the monitor assigned).
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// ALLOW, DENY or PENDING.
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// Determining policy ids.
-    pub policy_ids: Vec<String>,
+    pub(crate) policy_ids: Vec<String>,
     /// Reasons.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// The approval, when PENDING.
-    pub approval_id: String,
+    pub(crate) approval_id: String,
     /// When the approval expires, nanoseconds since the Unix epoch.
-    pub expires_at_unix_ns: Option<i64>,
+    pub(crate) expires_at_unix_ns: Option<i64>,
     /// Grants that contributed.
-    pub grant_ids: Vec<String>,
+    pub(crate) grant_ids: Vec<String>,
     /// The policy version that decided.
-    pub policy_version: String,
+    pub(crate) policy_version: String,
     /// The audit record of this decision.
-    pub audit_seq: u64,
+    pub(crate) audit_seq: u64,
     /// Who resolved the approval.
-    pub resolved_by: String,
+    pub(crate) resolved_by: String,
     /// The approver's note.
-    pub note: String,
+    pub(crate) note: String,
 }
 
 /// Where an approval stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ApprovalState {
+pub(crate) enum ApprovalState {
     /// Waiting for a person.
     Pending,
     /// A person approved and the request passed again: ALLOW.
@@ -120,7 +120,7 @@ pub enum ApprovalState {
 
 impl ApprovalState {
     /// `PENDING`, `APPROVED`, `DENIED` or `EXPIRED`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ApprovalState::Pending => "PENDING",
             ApprovalState::Approved => "APPROVED",
@@ -132,71 +132,71 @@ impl ApprovalState {
 
 /// A request that waited (or waits) for a person, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ApprovalRecord {
+pub(crate) struct ApprovalRecord {
     /// The approval's id.
-    pub approval_id: String,
+    pub(crate) approval_id: String,
     /// The request as the harness sent it.
-    pub input: RequestInput,
+    pub(crate) input: RequestInput,
     /// The exact normalized request, which is what is re-evaluated.
-    pub request: NormalizedRequest,
+    pub(crate) request: NormalizedRequest,
     /// Hex SHA-256 of the request as the harness sent it.
-    pub request_hash: String,
+    pub(crate) request_hash: String,
     /// The harness's request id.
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// The harness credential that asked.
-    pub harness: String,
+    pub(crate) harness: String,
     /// The policies in the way.
-    pub policy_ids: Vec<String>,
+    pub(crate) policy_ids: Vec<String>,
     /// Their reasons.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// The policies that would permit it once approved.
-    pub permit_ids: Vec<String>,
+    pub(crate) permit_ids: Vec<String>,
     /// Groups whose member may resolve it; empty: any approver.
-    pub approvers: Vec<String>,
+    pub(crate) approvers: Vec<String>,
     /// The policy version that decided PENDING.
-    pub policy_version: String,
+    pub(crate) policy_version: String,
     /// Created, nanoseconds since the Unix epoch.
-    pub created_unix_ns: i64,
+    pub(crate) created_unix_ns: i64,
     /// Deadline, nanoseconds since the Unix epoch.
-    pub expires_unix_ns: i64,
+    pub(crate) expires_unix_ns: i64,
     /// The audit record of the PENDING decision.
-    pub audit_seq: u64,
+    pub(crate) audit_seq: u64,
     /// Where it stands.
-    pub state: ApprovalState,
+    pub(crate) state: ApprovalState,
     /// The approver credential that resolved it.
-    pub resolved_by: String,
+    pub(crate) resolved_by: String,
     /// The approver's note or message for the agent.
-    pub note: String,
+    pub(crate) note: String,
     /// When it was resolved or expired.
-    pub resolved_unix_ns: Option<i64>,
+    pub(crate) resolved_unix_ns: Option<i64>,
     /// The decision as the harness sees it now: PENDING, then the final one.
-    pub decision: DecisionRecord,
+    pub(crate) decision: DecisionRecord,
 }
 
 /// A lockdown of a session, a user or an agent kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lock {
+pub(crate) struct Lock {
     /// `session:ID`, `user:ID` or `agent:ID`.
-    pub target: String,
+    pub(crate) target: String,
     /// Why, for the denials it causes.
-    pub reason: String,
+    pub(crate) reason: String,
     /// The admin credential that locked it.
-    pub locked_by: String,
+    pub(crate) locked_by: String,
     /// When, nanoseconds since the Unix epoch.
-    pub locked_unix_ns: i64,
+    pub(crate) locked_unix_ns: i64,
 }
 
 /// Which session: a session id is scoped to the harness credential and the
 /// user that use it, so two users (or two harnesses) naming the same id have
 /// two sessions and no one can squat on or share another's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct SessionKey {
+pub(crate) struct SessionKey {
     /// The session id the harness sent.
-    pub session: String,
+    pub(crate) session: String,
     /// The harness credential's name.
-    pub harness: String,
+    pub(crate) harness: String,
     /// The user.
-    pub user: String,
+    pub(crate) user: String,
 }
 
 /// What the monitor remembers of a session.
@@ -205,28 +205,28 @@ pub struct SessionRecord {
     /// The session id.
     pub session: String,
     /// Its user, as first seen.
-    pub user: String,
+    pub(crate) user: String,
     /// Its agent kind, as first seen.
-    pub agent: String,
+    pub(crate) agent: String,
     /// Labels it gained, for good (until an admin clears them).
     pub labels: std::collections::BTreeSet<String>,
     /// The harness credential whose session it is; empty in a record
     /// written before sessions were scoped by harness and user (kept under
     /// the bare session id, see [`Store::session`]).
     #[serde(default)]
-    pub harness: String,
+    pub(crate) harness: String,
 }
 
 impl SessionRecord {
     /// Which session this record is of.
-    pub fn key(&self) -> SessionKey {
+    pub(crate) fn key(&self) -> SessionKey {
         SessionKey { session: self.session.clone(), harness: self.harness.clone(), user: self.user.clone() }
     }
 }
 
 /// A change to an approval, published after it is flushed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalEvent {
+pub(crate) struct ApprovalEvent {
     /// The approval as it now stands.
-    pub approval: ApprovalRecord,
+    pub(crate) approval: ApprovalRecord,
 }

@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 /// Upper bounds on the size of what a harness may send.
 pub mod limits {
     /// User, agent, session, request and approval ids; secret, server and tool names.
-    pub const ID_BYTES: usize = 256;
+    pub(crate) const ID_BYTES: usize = 256;
     /// Action names.
-    pub const ACTION_BYTES: usize = 128;
+    pub(crate) const ACTION_BYTES: usize = 128;
     /// A file path or a cwd.
     pub const PATH_BYTES: usize = 4096;
     /// Number of argv entries.
@@ -19,17 +19,17 @@ pub mod limits {
     /// All argv entries together.
     pub const ARGV_BYTES: usize = 64 * 1024;
     /// A URL.
-    pub const URL_BYTES: usize = 8192;
+    pub(crate) const URL_BYTES: usize = 8192;
     /// An HTTP method.
-    pub const METHOD_BYTES: usize = 32;
+    pub(crate) const METHOD_BYTES: usize = 32;
     /// The justification shown to approvers.
     pub const JUSTIFICATION_BYTES: usize = 4096;
     /// `context_json` and a tool's `arguments_json`.
     pub const JSON_BYTES: usize = 64 * 1024;
     /// Nesting of `context_json` (objects and arrays).
-    pub const CONTEXT_DEPTH: usize = 8;
+    pub(crate) const CONTEXT_DEPTH: usize = 8;
     /// Nesting of a tool's `arguments_json`.
-    pub const ARGUMENTS_DEPTH: usize = 32;
+    pub(crate) const ARGUMENTS_DEPTH: usize = 32;
 }
 
 /// Input that cannot be normalized; `field` is the request field at fault,
@@ -45,7 +45,7 @@ pub struct InvalidInput {
 
 impl InvalidInput {
     /// An error about `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self { field: field.into(), message: message.into() }
     }
 }
@@ -203,7 +203,7 @@ pub enum Resource {
 
 impl Resource {
     /// The Cedar entity type of the resource.
-    pub fn entity_type(&self) -> &'static str {
+    pub(crate) fn entity_type(&self) -> &'static str {
         match self {
             Resource::File { .. } => "File",
             Resource::Command { .. } => "Command",
@@ -214,7 +214,7 @@ impl Resource {
     }
 
     /// The Cedar entity id of the resource.
-    pub fn entity_id(&self) -> String {
+    pub(crate) fn entity_id(&self) -> String {
         match self {
             Resource::File { path, .. } => path.clone(),
             Resource::Command { argv, line, .. } => {
@@ -231,7 +231,7 @@ impl Resource {
     }
 
     /// The field name of this kind in the request's `resource` oneof.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Resource::File { .. } => "file",
             Resource::Command { .. } => "command",
@@ -242,7 +242,7 @@ impl Resource {
     }
 
     /// `Type::"id"`, the way Cedar prints an entity uid (for logs and audit).
-    pub fn display_uid(&self) -> String {
+    pub(crate) fn display_uid(&self) -> String {
         let id = match self {
             // What people read: without the credentials a command line or
             // a URL may carry (`--token=…`, `?access_token=…`).
@@ -259,19 +259,19 @@ pub struct NormalizedRequest {
     /// Who is acting.
     pub actor: Actor,
     /// The Cedar action id.
-    pub action: String,
+    pub(crate) action: String,
     /// The normalized resource.
-    pub resource: Resource,
+    pub(crate) resource: Resource,
     /// Why, in the agent's words.
-    pub justification: String,
+    pub(crate) justification: String,
     /// Extra context fields (a JSON object's members), empty when none.
-    pub context: serde_json::Map<String, serde_json::Value>,
+    pub(crate) context: serde_json::Map<String, serde_json::Value>,
 }
 
 impl RequestInput {
     /// The request as sent, as approvers are shown it: each argv element,
     /// the URL and the justification without credentials.
-    pub fn for_display(&self) -> RequestInput {
+    pub(crate) fn for_display(&self) -> RequestInput {
         let mut shown = self.clone();
         match &mut shown.resource {
             ResourceInput::Command { argv, .. } => *argv = crate::redact::argv(argv),
@@ -287,7 +287,7 @@ impl NormalizedRequest {
     /// The request as people are shown it (the audit record's `request`,
     /// approvers): the command line, the URL and the justification without
     /// the credentials they carry. Policies see the request itself.
-    pub fn for_display(&self) -> NormalizedRequest {
+    pub(crate) fn for_display(&self) -> NormalizedRequest {
         let mut shown = self.clone();
         match &mut shown.resource {
             Resource::Command { argv, line, args, words, .. } => {
@@ -308,7 +308,7 @@ impl NormalizedRequest {
 }
 
 /// Checks an actor's ids (`actor.user`, `actor.agent`, `actor.session`).
-pub fn normalize_actor(actor: &Actor) -> Result<Actor, InvalidInput> {
+pub(crate) fn normalize_actor(actor: &Actor) -> Result<Actor, InvalidInput> {
     Ok(Actor {
         user: id_field("actor.user", &actor.user)?,
         agent: id_field("actor.agent", &actor.agent)?,
@@ -678,7 +678,7 @@ fn bounded_path(field: &str, path: &str) -> Result<(), InvalidInput> {
 
 /// Cleans an absolute path lexically: `.` and empty components go, `..` drops
 /// the previous component and never climbs above `/`.
-pub fn clean_path(path: &str) -> String {
+pub(crate) fn clean_path(path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {

@@ -4,7 +4,7 @@
 //!
 //! Pure apart from reading the folder: no tonic, no sled, no tokio.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -22,25 +22,25 @@ use crate::entities::{DomainTypes, PrincipalCache};
 use crate::programs::{PROGRAMS_FILE, Programs};
 
 /// The schema file of a policy folder.
-pub const SCHEMA_FILE: &str = "schema.cedarschema";
+pub(crate) const SCHEMA_FILE: &str = "schema.cedarschema";
 /// The entities file of a policy folder (users, groups, agents).
-pub const ENTITIES_FILE: &str = "entities.json";
+pub(crate) const ENTITIES_FILE: &str = "entities.json";
 
 /// One problem found while loading, located in a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceDiagnostic {
     /// File name relative to the policy folder.
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based line, 0 when the problem has no location.
-    pub line: usize,
+    pub(crate) line: usize,
     /// 1-based column, 0 when the problem has no location.
-    pub column: usize,
+    pub(crate) column: usize,
     /// What is wrong.
-    pub message: String,
+    pub(crate) message: String,
     /// How to fix it, when Cedar says.
-    pub help: Option<String>,
+    pub(crate) help: Option<String>,
     /// The source line at fault, for display.
-    pub source_line: Option<String>,
+    pub(crate) source_line: Option<String>,
 }
 
 impl SourceDiagnostic {
@@ -137,32 +137,32 @@ impl LoadError {
 
 /// What the monitor reads from a policy's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyMeta {
+pub(crate) struct PolicyMeta {
     /// `@id`.
-    pub id: String,
+    pub(crate) id: String,
     /// `permit` or `forbid`.
-    pub effect: Effect,
+    pub(crate) effect: Effect,
     /// `@reason`: words for people.
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// `@approvers`: the group whose members may resolve an approval.
-    pub approvers: Option<String>,
+    pub(crate) approvers: Option<String>,
     /// `@timeout`: how long an approval may wait.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// `@label`: a label the session gains when this policy allows an action.
-    pub label: Option<String>,
+    pub(crate) label: Option<String>,
     /// The file the policy came from.
-    pub file: String,
+    pub(crate) file: String,
 }
 
 /// What the schema says about one action.
 #[derive(Debug, Clone)]
-pub struct ActionInfo {
+pub(crate) struct ActionInfo {
     /// `Action::"<id>"`.
-    pub uid: EntityUid,
+    pub(crate) uid: EntityUid,
     /// The resource entity types it applies to.
-    pub resource_types: Vec<String>,
+    pub(crate) resource_types: Vec<String>,
     /// Its entity, with its action groups as ancestors.
-    pub entity: Option<Entity>,
+    pub(crate) entity: Option<Entity>,
 }
 
 /// An immutable, validated set of policies, schema and entities. Requests in
@@ -197,7 +197,7 @@ impl PolicySnapshot {
     }
 
     /// Builds a snapshot from already read files.
-    pub fn from_files(files: &PolicyFiles) -> Result<Self, LoadError> {
+    pub(crate) fn from_files(files: &PolicyFiles) -> Result<Self, LoadError> {
         let schema = parse_schema(&files.schema)?;
         let mut diagnostics = Vec::new();
         let (policies, meta, sources) = parse_policies(&files.policies, &mut diagnostics);
@@ -286,7 +286,7 @@ impl PolicySnapshot {
     }
 
     /// Annotations of the policy `id`.
-    pub fn meta(&self, id: &PolicyId) -> Option<&PolicyMeta> {
+    pub(crate) fn meta(&self, id: &PolicyId) -> Option<&PolicyMeta> {
         self.meta.get(id)
     }
 
@@ -319,21 +319,21 @@ pub struct PolicySummary {
 /// The text of a policy folder's files, read in one go so that a snapshot is
 /// built from one consistent view.
 #[derive(Debug, Clone, Default)]
-pub struct PolicyFiles {
+pub(crate) struct PolicyFiles {
     /// `schema.cedarschema`.
-    pub schema: String,
+    pub(crate) schema: String,
     /// `*.cedar` by file name, sorted.
-    pub policies: BTreeMap<String, String>,
+    pub(crate) policies: BTreeMap<String, String>,
     /// `entities.json`, when present.
-    pub entities: Option<String>,
+    pub(crate) entities: Option<String>,
     /// `programs.toml`, when present.
-    pub programs: Option<String>,
+    pub(crate) programs: Option<String>,
 }
 
 impl PolicyFiles {
     /// Reads `dir`: the schema (required), every `*.cedar` directly in it, and
     /// `entities.json` if present.
-    pub fn read(dir: &Path) -> Result<Self, LoadError> {
+    pub(crate) fn read(dir: &Path) -> Result<Self, LoadError> {
         let folder = dir.display().to_string();
         let read = |path: PathBuf, name: &str| {
             std::fs::read_to_string(&path).map_err(|e| {
@@ -570,17 +570,6 @@ fn action_table(schema: &Schema) -> Result<HashMap<String, ActionInfo>, LoadErro
         table.insert(uid.id().unescaped().to_owned(), ActionInfo { uid: uid.clone(), resource_types, entity });
     }
     Ok(table)
-}
-
-/// Every entity uid of the snapshot's entities that has type `type_name`, for
-/// diagnostics and listings.
-pub fn uids_of_type(entities: &Entities, type_name: &str) -> HashSet<String> {
-    entities
-        .iter()
-        .map(Entity::uid)
-        .filter(|uid| uid.type_name().to_string() == type_name)
-        .map(|uid| uid.id().unescaped().to_owned())
-        .collect()
 }
 
 #[cfg(test)]

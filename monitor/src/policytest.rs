@@ -1,5 +1,5 @@
 //! Policy tests as data: a suite file holds requests and the decision each
-//! must get. [`check_case`] runs one case through the monitor's own
+//! must get. `check_case` runs one case through the monitor's own
 //! normalization and decision code, without a server, so `cargo test` and
 //! `wardenctl policy test` judge policies exactly as the monitor does.
 //!
@@ -33,15 +33,15 @@ pub struct Suite {
     pub suite: String,
     /// The clock for every case without its own, RFC 3339 (default: now).
     #[serde(default)]
-    pub now: Option<String>,
+    pub(crate) now: Option<String>,
     /// The cases.
-    pub cases: Vec<Case>,
+    pub(crate) cases: Vec<Case>,
 }
 
 /// A resource as in the proto's `resource` oneof.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum CaseResource {
+pub(crate) enum CaseResource {
     /// `{"file": {"path": …, "cwd": …}}`
     File {
         /// The path.
@@ -85,22 +85,22 @@ pub enum CaseResource {
 /// A grant in a test case.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CaseGrant {
+pub(crate) struct CaseGrant {
     /// Actions.
-    pub actions: Vec<String>,
+    pub(crate) actions: Vec<String>,
     /// `KIND:ID`.
-    pub resource_scope: String,
+    pub(crate) resource_scope: String,
     /// Only this session.
     #[serde(default)]
-    pub session: String,
+    pub(crate) session: String,
     /// Only this agent kind.
     #[serde(default)]
-    pub agent: String,
+    pub(crate) agent: String,
 }
 
 /// What a case expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum Expected {
+pub(crate) enum Expected {
     /// The outcome ALLOW.
     #[serde(rename = "ALLOW")]
     Allow,
@@ -118,55 +118,55 @@ pub enum Expected {
 /// One test case.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Case {
+pub(crate) struct Case {
     /// What the case shows, in words.
-    pub name: String,
+    pub(crate) name: String,
     /// Who acts.
-    pub actor: Actor,
+    pub(crate) actor: Actor,
     /// The action.
-    pub action: String,
+    pub(crate) action: String,
     /// On what.
-    pub resource: CaseResource,
+    pub(crate) resource: CaseResource,
     /// Extra schema-declared context.
     #[serde(default)]
-    pub context: serde_json::Map<String, serde_json::Value>,
+    pub(crate) context: serde_json::Map<String, serde_json::Value>,
     /// Labels the session holds.
     #[serde(default)]
-    pub labels: BTreeSet<String>,
+    pub(crate) labels: BTreeSet<String>,
     /// The agent's justification.
     #[serde(default)]
-    pub justification: String,
+    pub(crate) justification: String,
     /// The clock, RFC 3339 (default: the suite's).
     #[serde(default)]
-    pub now: Option<String>,
+    pub(crate) now: Option<String>,
     /// Grants the case's user holds (valid for a day from `now`).
     #[serde(default)]
-    pub grants: Vec<CaseGrant>,
+    pub(crate) grants: Vec<CaseGrant>,
     /// The expected outcome.
-    pub expect: Expected,
+    pub(crate) expect: Expected,
     /// When given, exactly these determining policies.
     #[serde(default)]
-    pub policy_ids: Option<Vec<String>>,
+    pub(crate) policy_ids: Option<Vec<String>>,
     /// When given, each must appear within some reason.
     #[serde(default)]
-    pub reasons_contain: Vec<String>,
+    pub(crate) reasons_contain: Vec<String>,
     /// For PENDING: exactly these approver groups.
     #[serde(default)]
-    pub approvers: Option<Vec<String>>,
+    pub(crate) approvers: Option<Vec<String>>,
     /// For PENDING: the approval's timeout, e.g. `15m`.
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// For INVALID_ARGUMENT: the field named.
     #[serde(default)]
-    pub field: Option<String>,
+    pub(crate) field: Option<String>,
     /// For ALLOW: exactly these labels the session gains, sorted.
     #[serde(default)]
-    pub labels_gained: Option<Vec<String>>,
+    pub(crate) labels_gained: Option<Vec<String>>,
     /// For a command: exactly these parts, in order, as
     /// [`crate::command::Part::summary`] writes them (`exec cat a`,
     /// `fs.read /w/a`, `exec eval x opaque`, `fs.read /w/*.rs pattern`).
     #[serde(default)]
-    pub parts: Option<Vec<String>>,
+    pub(crate) parts: Option<Vec<String>>,
 }
 
 /// What happened to one case.
@@ -192,9 +192,9 @@ impl CaseResult {
 #[error("{path}: {message}")]
 pub struct SuiteError {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Why.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Reads every `*.json` suite in `dir`, sorted by file name.
@@ -222,7 +222,7 @@ pub fn run_suite(snapshot: &PolicySnapshot, suite: &Suite, config: &DecisionConf
 }
 
 /// Runs one case through normalization and the decision.
-pub fn check_case(
+pub(crate) fn check_case(
     snapshot: &PolicySnapshot,
     case: &Case,
     suite_now: Option<&str>,

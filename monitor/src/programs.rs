@@ -10,12 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 
 /// The file's name in the policy folder.
-pub const PROGRAMS_FILE: &str = "programs.toml";
+pub(crate) const PROGRAMS_FILE: &str = "programs.toml";
 
 /// What happens to a file a program is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Effect {
+pub(crate) enum Effect {
     /// `fs.read`.
     Read,
     /// `fs.write`.
@@ -26,7 +26,7 @@ pub enum Effect {
 
 impl Effect {
     /// The Cedar action id.
-    pub fn action(self) -> &'static str {
+    pub(crate) fn action(self) -> &'static str {
         match self {
             Effect::Read => "fs.read",
             Effect::Write => "fs.write",
@@ -38,7 +38,7 @@ impl Effect {
 /// Which of a program's operands (the arguments that are not options).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Operands {
+pub(crate) enum Operands {
     /// Every operand.
     All,
     /// The last one.
@@ -49,7 +49,7 @@ pub enum Operands {
 
 impl Operands {
     /// Whether operand `index` of `count` is meant.
-    pub fn covers(self, index: usize, count: usize) -> bool {
+    pub(crate) fn covers(self, index: usize, count: usize) -> bool {
         match self {
             Operands::All => true,
             Operands::Last => index + 1 == count,
@@ -60,103 +60,103 @@ impl Operands {
 
 /// The options of a program that take a value (`-u root`, `-uroot`,
 /// `--user=root`).
-pub type Options = BTreeSet<String>;
+pub(crate) type Options = BTreeSet<String>;
 
 /// A program that runs another command: `sudo`, `env`, `timeout`, `xargs`…
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Wrapper {
+pub(crate) struct Wrapper {
     /// Its own options that take a value.
     #[serde(default)]
-    pub options_with_value: Options,
+    pub(crate) options_with_value: Options,
     /// `NAME=value` words before the command (as `env` takes).
     #[serde(default)]
-    pub assignments: bool,
+    pub(crate) assignments: bool,
     /// Operands of its own before the command (`timeout 5 cmd`: 1).
     #[serde(default)]
-    pub operands: usize,
+    pub(crate) operands: usize,
     /// The command it runs when none is given (`xargs`: `echo`).
     #[serde(default)]
-    pub default: Vec<String>,
+    pub(crate) default: Vec<String>,
     /// It adds arguments the monitor cannot see (`xargs`): the command's
     /// file operands are then unknown.
     #[serde(default)]
-    pub adds_arguments: bool,
+    pub(crate) adds_arguments: bool,
     /// Options whose value is the folder the command runs in (`env -C`).
     #[serde(default)]
-    pub chdir_options: Options,
+    pub(crate) chdir_options: Options,
     /// Options whose value stands in the command for what the wrapper
     /// reads (`xargs -I {}`): such an argument is unknown.
     #[serde(default)]
-    pub replace_options: Options,
+    pub(crate) replace_options: Options,
 }
 
 /// The files a program reads, writes or deletes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileArgs {
+pub(crate) struct FileArgs {
     /// Its options that take a value.
     #[serde(default)]
-    pub options_with_value: Options,
+    pub(crate) options_with_value: Options,
     /// Operands read.
-    pub reads: Option<Operands>,
+    pub(crate) reads: Option<Operands>,
     /// Operands written.
-    pub writes: Option<Operands>,
+    pub(crate) writes: Option<Operands>,
     /// Operands deleted.
-    pub deletes: Option<Operands>,
+    pub(crate) deletes: Option<Operands>,
     /// Leading operands that are not files (`grep PATTERN FILE…`: 1).
     #[serde(default)]
-    pub skip: usize,
+    pub(crate) skip: usize,
     /// Options that take the place of the skipped operands (`grep -e
     /// PATTERN`): with one of them given, no operand is skipped.
     #[serde(default)]
-    pub skip_unless: BTreeSet<String>,
+    pub(crate) skip_unless: BTreeSet<String>,
     /// Options whose value is a file (`sort -o FILE`: write).
     #[serde(default)]
-    pub option_files: BTreeMap<String, Effect>,
+    pub(crate) option_files: BTreeMap<String, Effect>,
     /// `NAME=FILE` operands (`dd if=… of=…`).
     #[serde(default)]
-    pub assignment_files: BTreeMap<String, Effect>,
+    pub(crate) assignment_files: BTreeMap<String, Effect>,
     /// Options that make the read operands written too (`sed -i`).
     #[serde(default)]
-    pub in_place: BTreeSet<String>,
+    pub(crate) in_place: BTreeSet<String>,
 }
 
 /// A program whose first operand is a subcommand (`git push`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Subcommands {
+pub(crate) struct Subcommands {
     /// The options before the subcommand that take a value.
     #[serde(default)]
-    pub options_with_value: Options,
+    pub(crate) options_with_value: Options,
     /// The subcommands the monitor knows; any other (an alias, a plugin)
     /// may do anything, so it is opaque.
     #[serde(default)]
-    pub known: BTreeSet<String>,
+    pub(crate) known: BTreeSet<String>,
     /// Per subcommand, its long options: an unambiguous prefix (`--forc`,
     /// which the program accepts) is shown to policies as the whole option.
     #[serde(default)]
-    pub long_options: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) long_options: BTreeMap<String, BTreeSet<String>>,
     /// Per subcommand, the letters of its short options that take no
     /// value: a cluster of them (`-vuf`) is shown one by one (`-v -u -f`).
     #[serde(default)]
-    pub short_flags: BTreeMap<String, String>,
+    pub(crate) short_flags: BTreeMap<String, String>,
     /// Per subcommand, its options that take a value (so that the value is
     /// not counted as an operand).
     #[serde(default)]
-    pub options_with_value_of: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) options_with_value_of: BTreeMap<String, BTreeSet<String>>,
     /// Per subcommand, the operands it assumes when they are left out
     /// (`git push` with no refspec pushes `HEAD`): shown as if written.
     #[serde(default)]
-    pub default_operands: BTreeMap<String, Vec<String>>,
+    pub(crate) default_operands: BTreeMap<String, Vec<String>>,
     /// Per subcommand, options that choose what it acts on themselves
     /// (`git push --all`): with one of them, no operand is assumed.
     #[serde(default)]
-    pub no_defaults_with: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) no_defaults_with: BTreeMap<String, BTreeSet<String>>,
     /// Subcommands whose arguments must be seen: a variable or a
     /// substitution among them makes the part opaque.
     #[serde(default)]
-    pub exact: BTreeSet<String>,
+    pub(crate) exact: BTreeSet<String>,
 }
 
 /// The table, as `programs.toml` holds it.
@@ -166,14 +166,14 @@ pub struct Programs {
     /// Directories of system programs: a program run by a path in one of
     /// them is `Program::"<name>"`; by any other path, `Program::"<path>"`.
     #[serde(default = "default_system_dirs")]
-    pub system_dirs: BTreeSet<String>,
+    pub(crate) system_dirs: BTreeSet<String>,
     /// Shells whose `-c` script is read (`sh -c`, `bash -lc`…).
     #[serde(default = "default_shells")]
-    pub shells: BTreeSet<String>,
+    pub(crate) shells: BTreeSet<String>,
     /// The folder `~` stands for, `{user}` the request's user (`~bob`: bob's).
     /// Without it, `~` cannot be seen into.
     #[serde(default)]
-    pub home: Option<String>,
+    pub(crate) home: Option<String>,
     /// The most parts one request may have (more is invalid input).
     #[serde(default = "default_max_parts")]
     pub max_parts: usize,
@@ -181,16 +181,16 @@ pub struct Programs {
     /// `GIT_*`): a command that sets one, or a script that exports one, is
     /// opaque. A trailing `*` names every variable with that prefix.
     #[serde(default)]
-    pub opaque_variables: BTreeSet<String>,
+    pub(crate) opaque_variables: BTreeSet<String>,
     /// Programs that run another command.
     #[serde(default)]
-    pub wrappers: BTreeMap<String, Wrapper>,
+    pub(crate) wrappers: BTreeMap<String, Wrapper>,
     /// Programs' file arguments.
     #[serde(default)]
-    pub files: BTreeMap<String, FileArgs>,
+    pub(crate) files: BTreeMap<String, FileArgs>,
     /// Programs with subcommands.
     #[serde(default)]
-    pub subcommands: BTreeMap<String, Subcommands>,
+    pub(crate) subcommands: BTreeMap<String, Subcommands>,
 }
 
 fn default_system_dirs() -> BTreeSet<String> {
@@ -238,7 +238,7 @@ impl Programs {
     /// The program's identity for policies: `name` when it was run by name
     /// or from a system program directory, else the absolute `path` it was
     /// run by (`./ls` in a workspace is not `ls`).
-    pub fn identity(&self, name: &str, path: &str) -> String {
+    pub(crate) fn identity(&self, name: &str, path: &str) -> String {
         if path.is_empty() {
             return name.to_owned();
         }
@@ -251,7 +251,7 @@ impl Programs {
     }
 
     /// Whether setting `name` changes what commands run (`opaque_variables`).
-    pub fn opaque_variable(&self, name: &str) -> bool {
+    pub(crate) fn opaque_variable(&self, name: &str) -> bool {
         self.opaque_variables.iter().any(|v| match v.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
             None => v == name,
@@ -259,14 +259,14 @@ impl Programs {
     }
 
     /// The home folder of `user`, when configured.
-    pub fn home_of(&self, user: &str) -> Option<String> {
+    pub(crate) fn home_of(&self, user: &str) -> Option<String> {
         self.home.as_ref().map(|h| h.replace("{user}", user))
     }
 }
 
 /// The option and its value when `arg` holds both: `--user=root`, or
 /// `-uroot` for a short option of `with_value`.
-pub fn attached<'a>(with_value: &Options, arg: &'a str) -> Option<(&'a str, &'a str)> {
+pub(crate) fn attached<'a>(with_value: &Options, arg: &'a str) -> Option<(&'a str, &'a str)> {
     if let Some((name, value)) = arg.split_once('=')
         && name.starts_with("--")
     {

@@ -25,11 +25,11 @@ impl Rate {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Limited {
+pub(crate) struct Limited {
     /// When a request would be accepted again.
-    pub retry_after: Duration,
+    pub(crate) retry_after: Duration,
     /// Whether this is the first refusal of a burst (to be audited once).
-    pub first: bool,
+    pub(crate) first: bool,
 }
 
 #[derive(Debug)]
@@ -43,7 +43,7 @@ struct Bucket {
 
 /// Buckets by key (`harness:NAME`, `session:ID`).
 #[derive(Debug, Default)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     buckets: Mutex<Buckets>,
 }
 
@@ -58,11 +58,11 @@ struct Buckets {
 const KEEP: usize = 100_000;
 /// Most buckets at once: with this many still draining, a new key is
 /// refused (memory stays bounded, whatever the keys a caller invents).
-pub const MAX_BUCKETS: usize = 1_000_000;
+pub(crate) const MAX_BUCKETS: usize = 1_000_000;
 
 impl Limiter {
     /// Takes one token from `key`'s bucket, or says how long to wait.
-    pub fn take(&self, key: &str, rate: Rate, now: Instant) -> Result<(), Limited> {
+    pub(crate) fn take(&self, key: &str, rate: Rate, now: Instant) -> Result<(), Limited> {
         let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Buckets { by_key, sweep_at } = &mut *buckets;
         if by_key.len() > (*sweep_at).max(KEEP) {

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 /// What replaces a credential.
-pub const REDACTED: &str = "REDACTED";
+pub(crate) const REDACTED: &str = "REDACTED";
 
 /// A name of something secret, inside a longer name (`GITHUB_TOKEN`,
 /// `db_password`, `x-api-key`).
@@ -37,7 +37,7 @@ static RULES: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
 });
 
 /// `text` with every credential it shows replaced by [`REDACTED`].
-pub fn text(text: &str) -> String {
+pub(crate) fn text(text: &str) -> String {
     let mut out = text.to_owned();
     for (pattern, with) in RULES.iter() {
         out = pattern.replace_all(&out, *with).into_owned();
@@ -48,7 +48,7 @@ pub fn text(text: &str) -> String {
 /// An argv without credentials: each element as [`text`] shows it, and the
 /// word after a flag that takes a secret (`--token VALUE`), or the password
 /// of `-u user:password`.
-pub fn argv(argv: &[String]) -> Vec<String> {
+pub(crate) fn argv(argv: &[String]) -> Vec<String> {
     let mut shown: Vec<String> = Vec::with_capacity(argv.len());
     for arg in argv {
         let previous = shown.last().map(|p| p.to_ascii_lowercase()).unwrap_or_default();

@@ -17,7 +17,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
 /// Starts watching `dir`; the task ends when the monitor shuts down.
-pub fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Result<JoinHandle<()>> {
+pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Result<JoinHandle<()>> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Errors also mean "look again".

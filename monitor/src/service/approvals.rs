@@ -4,18 +4,18 @@ use super::*;
 
 impl Monitor {
     /// Pending approvals, earliest deadline first.
-    pub fn list_pending(&self) -> Result<Vec<ApprovalRecord>, CallError> {
+    pub(crate) fn list_pending(&self) -> Result<Vec<ApprovalRecord>, CallError> {
         Ok(self.store.pending()?)
     }
 
     /// One approval, pending or not.
-    pub fn approval(&self, approval_id: &str) -> Result<ApprovalRecord, CallError> {
+    pub(crate) fn approval(&self, approval_id: &str) -> Result<ApprovalRecord, CallError> {
         check_approval_id(approval_id)?;
         self.store.approval(approval_id)?.ok_or_else(|| CallError::NotFound(format!("no approval `{approval_id}`")))
     }
 
     /// Pending approvals now, and a receiver of every change from now on.
-    pub fn watch_pending(&self) -> Result<(Vec<ApprovalRecord>, broadcast::Receiver<ApprovalEvent>), CallError> {
+    pub(crate) fn watch_pending(&self) -> Result<(Vec<ApprovalRecord>, broadcast::Receiver<ApprovalEvent>), CallError> {
         let events = self.store.approval_events();
         Ok((self.store.pending()?, events))
     }
@@ -24,7 +24,7 @@ impl Monitor {
     /// request with `context.approved = true` against the policies of this
     /// moment: if it no longer passes, the approval ends DENIED and the
     /// returned record says why.
-    pub async fn resolve(&self, caller: &Caller, resolution: Resolution) -> Result<ApprovalRecord, CallError> {
+    pub(crate) async fn resolve(&self, caller: &Caller, resolution: Resolution) -> Result<ApprovalRecord, CallError> {
         check_approval_id(&resolution.approval_id)?;
         if resolution.note.len() > limits::JUSTIFICATION_BYTES {
             return Err(
@@ -242,7 +242,7 @@ impl Monitor {
     /// Removes idempotency records older than the replay window (the
     /// sweeper runs it on a task of its own: emptying a slot may take a
     /// while, and approvals must still expire on time meanwhile).
-    pub async fn prune_requests(&self) {
+    pub(crate) async fn prune_requests(&self) {
         match self.store.prune_requests(unix_ns(self.now())).await {
             Ok(0) => {}
             Ok(pruned) => tracing::info!(pruned, "idempotency records older than the replay window removed"),
@@ -252,7 +252,7 @@ impl Monitor {
 
     /// One round of the sweeper, at the monitor's clock: grants and
     /// approvals past their deadline are removed and expired (audited).
-    pub async fn sweep_once(&self) {
+    pub(crate) async fn sweep_once(&self) {
         let now = unix_ns(self.now());
         let expired_grants: Vec<Grant> =
             read(&self.grants).all().filter(|g| g.expires_unix_ns <= now).cloned().collect();

@@ -4,32 +4,32 @@ use super::*;
 
 impl Monitor {
     /// The first record to send for the newest `count`, or for all.
-    pub fn audit_start(&self, count: u64, all: bool) -> Result<u64, CallError> {
+    pub(crate) fn audit_start(&self, count: u64, all: bool) -> Result<u64, CallError> {
         let last = self.store.last_seq()?;
         Ok(if all { 1 } else { last.saturating_sub(count).saturating_add(1) })
     }
 
     /// Walks the audit chain; with a key, signs the verified head.
-    pub fn verify_audit(&self) -> (VerifyReport, Option<crate::checkpoint::Checkpoint>) {
+    pub(crate) fn verify_audit(&self) -> (VerifyReport, Option<crate::checkpoint::Checkpoint>) {
         let report = self.store.verify();
         let checkpoint = self.checkpoints.as_ref().map(|c| c.key.sign(&report.head, unix_ns(self.now())));
         (report, checkpoint)
     }
 
     /// Uses `checkpoints` to sign the audit head.
-    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+    pub(crate) fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
         self.checkpoints = Some(checkpoints);
         self
     }
 
     /// How often the audit head is signed; `None` without a checkpoint key.
-    pub fn checkpoint_every(&self) -> Option<Duration> {
+    pub(crate) fn checkpoint_every(&self) -> Option<Duration> {
         self.checkpoints.as_ref().map(|c| c.every)
     }
 
     /// Signs the newest durable record into the checkpoint log, unless it
     /// is `last` (signed already); returns the sequence number signed now.
-    pub fn checkpoint_once(&self, last: u64) -> u64 {
+    pub(crate) fn checkpoint_once(&self, last: u64) -> u64 {
         let Some(checkpoints) = &self.checkpoints else { return last };
         // The newest durable record, not merely the newest written.
         let durable = self.store.durable_seq();

@@ -7,7 +7,7 @@ impl Monitor {
     /// answering. The same `request_id` from the same harness gets the same
     /// decision back (or, when it waited for approval, how that ended)
     /// without a second record.
-    pub async fn authorize(&self, caller: &Caller, input: RequestInput) -> Result<DecisionRecord, CallError> {
+    pub(crate) async fn authorize(&self, caller: &Caller, input: RequestInput) -> Result<DecisionRecord, CallError> {
         if !caller.may_act_for(&input.actor.user) {
             return Err(CallError::PermissionDenied(format!(
                 "credential `{}` may not act for user `{}`",
@@ -100,7 +100,7 @@ impl Monitor {
     /// decision, but no side effect: no label is added, no approval waits,
     /// no idempotency record is kept. One audit record (`preview`) lists
     /// every resource and its outcome, and is durable before the answer.
-    pub async fn preview(&self, caller: &Caller, input: PreviewInput) -> Result<PreviewOutcomes, CallError> {
+    pub(crate) async fn preview(&self, caller: &Caller, input: PreviewInput) -> Result<PreviewOutcomes, CallError> {
         if !caller.may_act_for(&input.actor.user) {
             return Err(CallError::PermissionDenied(format!(
                 "credential `{}` may not act for user `{}`",
@@ -202,7 +202,7 @@ impl Monitor {
     /// Waits up to `timeout` for an approval to be resolved and returns its
     /// decision: final as soon as it is resolved or expires (pushed, not
     /// polled), still PENDING when the timeout passes.
-    pub async fn await_decision(
+    pub(crate) async fn await_decision(
         &self,
         caller: &Caller,
         approval_id: &str,

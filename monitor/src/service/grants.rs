@@ -79,7 +79,7 @@ impl Monitor {
     }
 
     /// Creates a grant: its permit applies from the very next request.
-    pub async fn create_grant(&self, created_by: &str, request: GrantRequest) -> Result<Grant, CallError> {
+    pub(crate) async fn create_grant(&self, created_by: &str, request: GrantRequest) -> Result<Grant, CallError> {
         let _admin = self.admin.lock().await;
         let snapshot = self.snapshot();
         let (grant, policy) = self.compile_grant(&request, created_by, self.now(), &snapshot)?;
@@ -93,7 +93,7 @@ impl Monitor {
     }
 
     /// Revokes a grant: the very next request no longer sees it.
-    pub async fn revoke_grant(&self, caller: &str, grant_id: &str) -> Result<Grant, CallError> {
+    pub(crate) async fn revoke_grant(&self, caller: &str, grant_id: &str) -> Result<Grant, CallError> {
         let grant = read(&self.grants).get(grant_id).cloned();
         let Some(grant) = grant else {
             return Err(CallError::NotFound(format!("grant `{grant_id}` does not exist (or has expired)")));
@@ -117,7 +117,7 @@ impl Monitor {
     }
 
     /// Active grants, optionally of one user or session, soonest expiry first.
-    pub fn list_grants(&self, user: &str, session: &str) -> Vec<(Grant, String)> {
+    pub(crate) fn list_grants(&self, user: &str, session: &str) -> Vec<(Grant, String)> {
         let now = unix_ns(self.now());
         let book = read(&self.grants);
         let mut grants: Vec<(Grant, String)> = book

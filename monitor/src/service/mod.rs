@@ -33,11 +33,11 @@ mod tests;
 use policies::status_of;
 
 /// The longest an `AwaitDecision` call blocks.
-pub const MAX_AWAIT: Duration = Duration::from_secs(300);
+pub(crate) const MAX_AWAIT: Duration = Duration::from_secs(300);
 
 /// Why a call failed. Each maps to one gRPC status in `grpc`.
 #[derive(Debug, thiserror::Error)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// Bad input, naming the field.
     #[error(transparent)]
     InvalidArgument(#[from] InvalidInput),
@@ -66,61 +66,61 @@ pub enum CallError {
 /// Tells long-running calls (waits, followed streams) that the monitor is
 /// stopping, so that shutdown never waits on a client.
 #[derive(Debug, Clone)]
-pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
+pub(crate) struct Shutdown(tokio::sync::watch::Receiver<bool>);
 
 impl Shutdown {
     /// A signal and the switch that fires it.
-    pub fn new() -> (tokio::sync::watch::Sender<bool>, Self) {
+    pub(crate) fn new() -> (tokio::sync::watch::Sender<bool>, Self) {
         let (tx, rx) = tokio::sync::watch::channel(false);
         (tx, Self(rx))
     }
 
     /// Resolves once the monitor is stopping (or the switch is gone).
-    pub async fn stopped(&mut self) {
+    pub(crate) async fn stopped(&mut self) {
         let _ = self.0.wait_for(|stopping| *stopping).await;
     }
 }
 
 /// How an approver answers.
 #[derive(Debug, Clone, Default)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     /// The approval.
-    pub approval_id: String,
+    pub(crate) approval_id: String,
     /// Approve (true) or deny.
-    pub approve: bool,
+    pub(crate) approve: bool,
     /// A note; on a denial, the message for the agent.
-    pub note: String,
+    pub(crate) note: String,
     /// Approve for a window: not available before grants exist.
-    pub grant_for_seconds: u64,
+    pub(crate) grant_for_seconds: u64,
     /// The scope of that window.
-    pub grant_scope: String,
+    pub(crate) grant_scope: String,
     /// When set, the approval must be for exactly this request (the hash the
     /// approver was shown), else nothing is resolved.
-    pub request_hash: String,
+    pub(crate) request_hash: String,
 }
 
 /// Most resources one `Preview` call may ask about.
-pub const MAX_PREVIEW_RESOURCES: usize = 1024;
+pub(crate) const MAX_PREVIEW_RESOURCES: usize = 1024;
 
 /// One actor and action on several resources: what `Authorize` would answer
 /// for each, asked without acting.
 #[derive(Debug, Clone)]
-pub struct PreviewInput {
+pub(crate) struct PreviewInput {
     /// Who would act.
-    pub actor: Actor,
+    pub(crate) actor: Actor,
     /// The Cedar action id.
-    pub action: String,
+    pub(crate) action: String,
     /// The resources, as `Authorize` takes them.
-    pub resources: Vec<ResourceInput>,
+    pub(crate) resources: Vec<ResourceInput>,
 }
 
 /// The answer to a `Preview`: one outcome per resource, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PreviewOutcomes {
+pub(crate) struct PreviewOutcomes {
     /// One per resource asked about.
-    pub outcomes: Vec<Outcome>,
+    pub(crate) outcomes: Vec<Outcome>,
     /// The policies that decided.
-    pub policy_version: String,
+    pub(crate) policy_version: String,
 }
 
 /// The clock the monitor decides by; tests move it.
@@ -167,38 +167,38 @@ impl Default for MonitorConfig {
 
 /// A grant to create, as an admin (or an approver, for a window) asks.
 #[derive(Debug, Clone, Default)]
-pub struct GrantRequest {
+pub(crate) struct GrantRequest {
     /// Whose sessions.
-    pub user: String,
+    pub(crate) user: String,
     /// Only this session.
-    pub session: String,
+    pub(crate) session: String,
     /// Only this agent kind.
-    pub agent: String,
+    pub(crate) agent: String,
     /// Actions.
-    pub actions: Vec<String>,
+    pub(crate) actions: Vec<String>,
     /// `KIND:ID`.
-    pub resource_scope: String,
+    pub(crate) resource_scope: String,
     /// How long.
-    pub ttl_seconds: u64,
+    pub(crate) ttl_seconds: u64,
     /// Why.
-    pub reason: String,
+    pub(crate) reason: String,
     /// For a window an approver grants, the approver's groups (see
     /// [`Grant::approver_groups`]); `None` for an admin's grant.
-    pub approver_groups: Option<Vec<String>>,
+    pub(crate) approver_groups: Option<Vec<String>>,
     /// Only the sessions of this harness credential (see [`Grant::harness`]);
     /// empty for an admin's grant.
-    pub harness: String,
+    pub(crate) harness: String,
 }
 
 /// What a lock targets: exactly one of session, user, agent.
 #[derive(Debug, Clone, Default)]
-pub struct LockTarget {
+pub(crate) struct LockTarget {
     /// A session id.
-    pub session: String,
+    pub(crate) session: String,
     /// A user.
-    pub user: String,
+    pub(crate) user: String,
     /// An agent kind.
-    pub agent: String,
+    pub(crate) agent: String,
 }
 
 impl LockTarget {
@@ -223,67 +223,67 @@ impl LockTarget {
 /// Which session an admin means: a session id, and, where several harnesses
 /// or users use that id, whose.
 #[derive(Debug, Clone, Default)]
-pub struct SessionQuery {
+pub(crate) struct SessionQuery {
     /// The session id.
-    pub session: String,
+    pub(crate) session: String,
     /// Its user (empty: any).
-    pub user: String,
+    pub(crate) user: String,
     /// Its harness credential (empty: any).
-    pub harness: String,
+    pub(crate) harness: String,
 }
 
 /// A session as an admin sees it.
 #[derive(Debug, Clone, Default)]
-pub struct SessionView {
+pub(crate) struct SessionView {
     /// The record (labels, user, agent).
-    pub record: SessionRecord,
+    pub(crate) record: SessionRecord,
     /// Why it is locked, if it is.
-    pub lock: Option<String>,
+    pub(crate) lock: Option<String>,
 }
 
 /// The result of a lock or unlock.
 #[derive(Debug, Clone, Default)]
-pub struct LockOutcome {
+pub(crate) struct LockOutcome {
     /// `session:ID`, `user:ID` or `agent:ID`.
-    pub target: String,
+    pub(crate) target: String,
     /// Locked now.
-    pub locked: bool,
+    pub(crate) locked: bool,
     /// Pending approvals denied by the lock.
-    pub denied_approvals: Vec<String>,
+    pub(crate) denied_approvals: Vec<String>,
 }
 
 /// What `PolicyStatus` reports.
 #[derive(Debug, Clone, Default)]
-pub struct PolicyStatusView {
+pub(crate) struct PolicyStatusView {
     /// The version serving.
-    pub version: String,
+    pub(crate) version: String,
     /// When it was loaded.
-    pub loaded_at_unix_ns: i64,
+    pub(crate) loaded_at_unix_ns: i64,
     /// Its files.
-    pub files: Vec<String>,
+    pub(crate) files: Vec<String>,
     /// How many policies.
-    pub policies: usize,
+    pub(crate) policies: usize,
     /// The last failed load, with file and line; empty after a good one.
-    pub error: String,
+    pub(crate) error: String,
     /// When that failure happened.
-    pub error_at_unix_ns: Option<i64>,
+    pub(crate) error_at_unix_ns: Option<i64>,
     /// Validator warnings, and what the team should know (no forbid at all,
     /// grants that no longer fit).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Signed checkpoints: the key, where periodic ones are appended, how often.
-pub struct Checkpoints {
+pub(crate) struct Checkpoints {
     /// The signing key (kept outside the store).
-    pub key: crate::checkpoint::CheckpointKey,
+    pub(crate) key: crate::checkpoint::CheckpointKey,
     /// `checkpoints.jsonl` in the data folder, outside the store.
-    pub log: std::path::PathBuf,
+    pub(crate) log: std::path::PathBuf,
     /// How often the head is signed (when it moved), and on shutdown.
-    pub every: Duration,
+    pub(crate) every: Duration,
 }
 
 /// The monitor's state shared by every call.
-pub struct Monitor {
+pub(crate) struct Monitor {
     limiter: crate::ratelimit::Limiter,
     checkpoints: Option<Checkpoints>,
     status: RwLock<PolicyStatusView>,
@@ -309,7 +309,7 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 impl Monitor {
     /// A monitor deciding with `snapshot` and recording in `store`, with the
     /// grants and locks the store holds.
-    pub fn new(
+    pub(crate) fn new(
         snapshot: PolicySnapshot,
         store: Store,
         config: MonitorConfig,
@@ -488,17 +488,17 @@ impl Monitor {
     }
 
     /// The shutdown signal.
-    pub fn shutdown(&self) -> Shutdown {
+    pub(crate) fn shutdown(&self) -> Shutdown {
         self.shutdown.clone()
     }
 
     /// The policy snapshot in force. Calls keep the one they started with.
-    pub fn snapshot(&self) -> Arc<PolicySnapshot> {
+    pub(crate) fn snapshot(&self) -> Arc<PolicySnapshot> {
         Arc::clone(&read(&self.snapshot))
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         &self.store
     }
 }
@@ -560,7 +560,7 @@ pub fn legacy_request_hash(input: &RequestInput) -> String {
 }
 
 /// Nanoseconds since the Unix epoch, saturated to i64.
-pub fn unix_ns(t: OffsetDateTime) -> i64 {
+pub(crate) fn unix_ns(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX)
 }
 

@@ -5,14 +5,17 @@ use super::*;
 impl Monitor {
     /// What-if: the decision and every policy's part in it, for the
     /// policies, grants, labels and locks of this moment. Nothing is recorded.
-    pub fn explain(&self, input: &RequestInput) -> Result<(Evaluation, Vec<crate::decision::PolicyTrace>), CallError> {
+    pub(crate) fn explain(
+        &self,
+        input: &RequestInput,
+    ) -> Result<(Evaluation, Vec<crate::decision::PolicyTrace>), CallError> {
         let request = normalize(input)?;
         let (snapshot, facts) = self.facts(&request.actor, "explain")?;
         Ok(crate::decision::explain(&snapshot, &request, &facts, self.now(), &self.config.decision)?)
     }
 
     /// How the policies stand.
-    pub fn policy_status(&self) -> PolicyStatusView {
+    pub(crate) fn policy_status(&self) -> PolicyStatusView {
         read(&self.status).clone()
     }
 
@@ -20,7 +23,7 @@ impl Monitor {
     /// the grants compiled against it); a bad one leaves the last good set
     /// serving and is reported in the status, the log and the audit log.
     /// Returns whether the new set loaded, and the status.
-    pub async fn reload(&self, caller: &str) -> Result<(bool, PolicyStatusView), CallError> {
+    pub(crate) async fn reload(&self, caller: &str) -> Result<(bool, PolicyStatusView), CallError> {
         let _admin = self.admin.lock().await;
         let dir = self.config.policy_dir.clone();
         let loaded = tokio::task::spawn_blocking(move || PolicySnapshot::load(&dir))

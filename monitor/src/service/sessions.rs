@@ -6,7 +6,12 @@ use super::*;
 impl Monitor {
     /// Locks a session, a user or an agent kind: every later request is
     /// denied, and so is every approval now pending for it.
-    pub async fn lock(&self, caller: &Caller, target: LockTarget, reason: &str) -> Result<LockOutcome, CallError> {
+    pub(crate) async fn lock(
+        &self,
+        caller: &Caller,
+        target: LockTarget,
+        reason: &str,
+    ) -> Result<LockOutcome, CallError> {
         let key = target.key()?;
         if reason.len() > limits::JUSTIFICATION_BYTES || reason.chars().any(char::is_control) {
             return Err(InvalidInput::new("reason", "is too long or has control characters").into());
@@ -69,7 +74,7 @@ impl Monitor {
     }
 
     /// Lifts a lock.
-    pub async fn unlock(&self, caller: &Caller, target: LockTarget) -> Result<LockOutcome, CallError> {
+    pub(crate) async fn unlock(&self, caller: &Caller, target: LockTarget) -> Result<LockOutcome, CallError> {
         let key = target.key()?;
         let _admin = self.admin.lock().await;
         if !read(&self.locks).contains_key(&key) {
@@ -92,7 +97,7 @@ impl Monitor {
     /// A session id names one session per harness and user; `user` and
     /// `harness` (either may be empty) pick among them, and a choice that
     /// leaves more than one is refused, naming what to add.
-    pub fn session(&self, query: &SessionQuery) -> Result<SessionView, CallError> {
+    pub(crate) fn session(&self, query: &SessionQuery) -> Result<SessionView, CallError> {
         let session = &query.session;
         if session.trim().is_empty() {
             return Err(InvalidInput::new("session", "must not be empty").into());
@@ -139,7 +144,7 @@ impl Monitor {
     }
 
     /// Drops a session's labels (audited).
-    pub async fn clear_labels(
+    pub(crate) async fn clear_labels(
         &self,
         caller: &Caller,
         query: &SessionQuery,

@@ -24,7 +24,7 @@ pub struct CodecError(String);
 
 impl CodecError {
     /// An error saying `message`.
-    pub fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         Self(message.into())
     }
 }
@@ -38,7 +38,7 @@ pub trait Record: Sized + DeserializeOwned {
 }
 
 /// The binary form of `record`.
-pub fn encode<R: Record>(record: &R) -> Vec<u8> {
+pub(crate) fn encode<R: Record>(record: &R) -> Vec<u8> {
     let mut out = Encoder(Vec::with_capacity(512));
     out.0.push(FORMAT);
     record.write(&mut out);
@@ -75,17 +75,17 @@ impl Encoder {
     }
 
     /// An unsigned integer.
-    pub fn u64(&mut self, value: u64) {
+    pub(crate) fn u64(&mut self, value: u64) {
         self.0.extend_from_slice(&value.to_be_bytes());
     }
 
     /// A signed integer.
-    pub fn i64(&mut self, value: i64) {
+    pub(crate) fn i64(&mut self, value: i64) {
         self.0.extend_from_slice(&value.to_be_bytes());
     }
 
     /// An optional signed integer.
-    pub fn opt_i64(&mut self, value: Option<i64>) {
+    pub(crate) fn opt_i64(&mut self, value: Option<i64>) {
         match value {
             None => self.0.push(0),
             Some(value) => {
@@ -96,13 +96,13 @@ impl Encoder {
     }
 
     /// A string.
-    pub fn str(&mut self, value: &str) {
+    pub(crate) fn str(&mut self, value: &str) {
         self.varint(value.len() as u64);
         self.0.extend_from_slice(value.as_bytes());
     }
 
     /// A list of strings.
-    pub fn strs<'a>(&mut self, values: impl ExactSizeIterator<Item = &'a String>) {
+    pub(crate) fn strs<'a>(&mut self, values: impl ExactSizeIterator<Item = &'a String>) {
         self.varint(values.len() as u64);
         for value in values {
             self.str(value);
@@ -116,7 +116,7 @@ pub struct Decoder<'a>(&'a [u8]);
 impl Decoder<'_> {
     /// Whether every byte has been read (a record may end before fields
     /// that later versions added).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
@@ -150,17 +150,17 @@ impl Decoder<'_> {
     }
 
     /// An unsigned integer.
-    pub fn u64(&mut self, what: &str) -> Result<u64, CodecError> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, CodecError> {
         Ok(u64::from_be_bytes(self.eight(what)?))
     }
 
     /// A signed integer.
-    pub fn i64(&mut self, what: &str) -> Result<i64, CodecError> {
+    pub(crate) fn i64(&mut self, what: &str) -> Result<i64, CodecError> {
         Ok(i64::from_be_bytes(self.eight(what)?))
     }
 
     /// An optional signed integer.
-    pub fn opt_i64(&mut self, what: &str) -> Result<Option<i64>, CodecError> {
+    pub(crate) fn opt_i64(&mut self, what: &str) -> Result<Option<i64>, CodecError> {
         match self.take(1, what)? {
             [0] => Ok(None),
             [1] => Ok(Some(self.i64(what)?)),
@@ -169,7 +169,7 @@ impl Decoder<'_> {
     }
 
     /// A string.
-    pub fn str(&mut self, what: &str) -> Result<String, CodecError> {
+    pub(crate) fn str(&mut self, what: &str) -> Result<String, CodecError> {
         let len = self.varint(what)?;
         let len = usize::try_from(len).map_err(|_| CodecError(format!("length too long in {what}")))?;
         let bytes = self.take(len, what)?;
@@ -177,7 +177,7 @@ impl Decoder<'_> {
     }
 
     /// A list of strings.
-    pub fn strs(&mut self, what: &str) -> Result<Vec<String>, CodecError> {
+    pub(crate) fn strs(&mut self, what: &str) -> Result<Vec<String>, CodecError> {
         let count = self.varint(what)?;
         // Each string takes at least one byte: a count beyond what is left
         // is damage, not a reason to allocate.
@@ -188,7 +188,7 @@ impl Decoder<'_> {
     }
 
     /// A set of strings.
-    pub fn str_set(&mut self, what: &str) -> Result<BTreeSet<String>, CodecError> {
+    pub(crate) fn str_set(&mut self, what: &str) -> Result<BTreeSet<String>, CodecError> {
         Ok(self.strs(what)?.into_iter().collect())
     }
 }

@@ -4,7 +4,7 @@ use super::*;
 
 /// A grant to store or forget.
 #[derive(Debug, Clone)]
-pub enum GrantChange {
+pub(crate) enum GrantChange {
     /// Store (create).
     Put(Box<Grant>),
     /// Forget (revoke, expire).
@@ -13,7 +13,7 @@ pub enum GrantChange {
 
 /// A lock to store or lift.
 #[derive(Debug, Clone)]
-pub enum LockChange {
+pub(crate) enum LockChange {
     /// Lock.
     Put(Lock),
     /// Unlock the target.
@@ -23,7 +23,7 @@ pub enum LockChange {
 /// A change to a session's record, merged by the writer so that concurrent
 /// requests never lose a label.
 #[derive(Debug, Clone)]
-pub enum SessionChange {
+pub(crate) enum SessionChange {
     /// Remember the session (first sight) and add labels.
     Touch {
         /// Which session (its user is the key's).
@@ -52,7 +52,7 @@ impl SessionChange {
 /// What must hold for a commit to be appended; checked by the writer, so
 /// that concurrent commits cannot both pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Guard {
+pub(crate) enum Guard {
     /// Nothing.
     None,
     /// The harness's request id is new (else the earlier decision is replayed,
@@ -81,36 +81,36 @@ pub enum Guard {
 
 /// One audit record and the state that goes with it, made durable together.
 #[derive(Debug)]
-pub struct Commit {
+pub(crate) struct Commit {
     /// The audit entry.
-    pub entry: AuditEntry,
+    pub(crate) entry: AuditEntry,
     /// What must hold.
-    pub guard: Guard,
+    pub(crate) guard: Guard,
     /// A decision to remember under the request id of a `NewRequest` guard;
     /// its `audit_seq` is filled in.
-    pub decision: Option<DecisionRecord>,
+    pub(crate) decision: Option<DecisionRecord>,
     /// An approval to store (new or changed). When new (pending), its
     /// `audit_seq` and its decision's are filled in; otherwise its
     /// decision's `audit_seq` is.
-    pub approval: Option<ApprovalRecord>,
+    pub(crate) approval: Option<ApprovalRecord>,
     /// A grant to store or forget.
-    pub grant: Option<GrantChange>,
+    pub(crate) grant: Option<GrantChange>,
     /// A lock to store or lift.
-    pub lock: Option<LockChange>,
+    pub(crate) lock: Option<LockChange>,
     /// A change to a session's record.
-    pub session: Option<SessionChange>,
+    pub(crate) session: Option<SessionChange>,
 }
 
 impl Commit {
     /// A record with nothing else.
-    pub fn record(entry: AuditEntry) -> Self {
+    pub(crate) fn record(entry: AuditEntry) -> Self {
         Self { entry, guard: Guard::None, decision: None, approval: None, grant: None, lock: None, session: None }
     }
 }
 
 /// What the writer did with a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Committed {
+pub(crate) enum Committed {
     /// Appended and flushed, with the stored decision and approval.
     New {
         /// The audit record's seq.

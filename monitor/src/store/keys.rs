@@ -24,19 +24,19 @@ pub(super) struct Trees {
 
 /// Tree numbers in write-ahead log operations (stored on disk: never renumber).
 pub(super) mod tree_no {
-    pub const AUDIT: u8 = 0;
-    pub const REQUESTS: u8 = 1;
-    pub const APPROVALS: u8 = 2;
-    pub const PENDING: u8 = 3;
-    pub const PENDING_SESSIONS: u8 = 4;
-    pub const GRANTS: u8 = 5;
-    pub const LOCKS: u8 = 6;
-    pub const SESSIONS: u8 = 7;
-    pub const REQUESTS_1: u8 = 8;
-    pub const REQUESTS_2: u8 = 9;
-    pub const PENDING_HARNESSES: u8 = 10;
+    pub(crate) const AUDIT: u8 = 0;
+    pub(crate) const REQUESTS: u8 = 1;
+    pub(crate) const APPROVALS: u8 = 2;
+    pub(crate) const PENDING: u8 = 3;
+    pub(crate) const PENDING_SESSIONS: u8 = 4;
+    pub(crate) const GRANTS: u8 = 5;
+    pub(crate) const LOCKS: u8 = 6;
+    pub(crate) const SESSIONS: u8 = 7;
+    pub(crate) const REQUESTS_1: u8 = 8;
+    pub(crate) const REQUESTS_2: u8 = 9;
+    pub(crate) const PENDING_HARNESSES: u8 = 10;
     /// The tree number of idempotency slot `slot`.
-    pub fn requests(slot: usize) -> u8 {
+    pub(crate) fn requests(slot: usize) -> u8 {
         match slot {
             1 => REQUESTS_1,
             2 => REQUESTS_2,
@@ -165,7 +165,7 @@ pub mod trees {
     /// seq (u64 big-endian) -> [`super::AuditRecord`] (binary, [`super::codec`]).
     pub const AUDIT: &str = "audit";
     /// harness NUL request id -> [`super::Remembered`] (binary), for the
-    /// decisions of one replay window in three (see [`super::REQUEST_SLOTS`]);
+    /// decisions of one replay window in three (see `REQUEST_SLOTS`);
     /// `requests.1` and `requests.2` hold the other two.
     pub const REQUESTS: &str = "requests";
     /// The second idempotency slot.
@@ -182,27 +182,27 @@ pub mod trees {
         }
     }
     /// approval id -> [`super::ApprovalRecord`] JSON.
-    pub const APPROVALS: &str = "approvals";
+    pub(crate) const APPROVALS: &str = "approvals";
     /// deadline (i64 big-endian, ns) NUL approval id -> empty: the pending
     /// approvals in deadline order.
-    pub const PENDING: &str = "pending";
+    pub(crate) const PENDING: &str = "pending";
     /// session key (session NUL harness NUL user) NUL approval id -> deadline:
     /// the pending approvals of each session.
-    pub const PENDING_SESSIONS: &str = "pending_sessions";
+    pub(crate) const PENDING_SESSIONS: &str = "pending_sessions";
     /// harness credential NUL approval id -> deadline: the pending
     /// approvals of each harness.
-    pub const PENDING_HARNESSES: &str = "pending_harnesses";
+    pub(crate) const PENDING_HARNESSES: &str = "pending_harnesses";
     /// grant id -> [`crate::grants::Grant`] JSON.
-    pub const GRANTS: &str = "grants";
+    pub(crate) const GRANTS: &str = "grants";
     /// `session:ID` | `user:ID` | `agent:ID` -> [`super::Lock`] JSON.
-    pub const LOCKS: &str = "locks";
+    pub(crate) const LOCKS: &str = "locks";
     /// session id -> [`super::SessionRecord`] (binary).
     pub const SESSIONS: &str = "sessions";
 }
 
 impl SessionKey {
     /// The session of `actor` as asked by the harness credential `harness`.
-    pub fn of(actor: &Actor, harness: &str) -> Self {
+    pub(crate) fn of(actor: &Actor, harness: &str) -> Self {
         Self { session: actor.session.clone(), harness: harness.to_owned(), user: actor.user.clone() }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! One writer task owns the chain head. Callers hand it a commit and wait;
 //! it takes every commit waiting at that moment, appends them to the
-//! write-ahead log ([`wal`]) as one frame, applies the frame to the
+//! write-ahead log (`wal`) as one frame, applies the frame to the
 //! sled trees in one transaction, and hands the batch to the sync thread,
 //! which fdatasyncs the log (group commit) and only then answers each. So
 //! nobody is told about a write that is not on disk, concurrent requests
@@ -36,11 +36,12 @@ mod recover;
 mod sync;
 #[cfg(test)]
 mod tests;
-pub mod wal;
+pub(crate) mod wal;
 mod writer;
 
 pub use self::chain::{VerifyReport, verify_chain};
-pub use self::commit::{Commit, Committed, GrantChange, Guard, Head, LockChange, SessionChange};
+pub use self::commit::Head;
+pub(crate) use self::commit::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange};
 pub use self::keys::trees;
 pub use self::records::Remembered;
 pub use self::recover::open_stopped;
@@ -50,7 +51,7 @@ pub use crate::model::*;
 /// How long a decision is replayed for its request id. After it, or once the
 /// policies changed, the same id is decided afresh: a harness cannot keep an
 /// old ALLOW alive by reusing its id.
-pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
+pub(crate) const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 
 /// Idempotency records rotate through three trees, one replay window each:
 /// a decision goes to the slot of its window; a lookup reads the current
@@ -58,7 +59,7 @@ pub const REPLAY_WINDOW_NS: i64 = 10 * 60 * 1_000_000_000;
 /// a window starts, the slot after it, which holds records at least a
 /// window older than anything replayable, is emptied in the background.
 /// So the records take bounded room instead of growing for ever.
-pub const REQUEST_SLOTS: usize = 3;
+pub(crate) const REQUEST_SLOTS: usize = 3;
 
 /// How far apart two requests' clock reads may be from the order in which
 /// the writer sees them.
@@ -106,7 +107,8 @@ pub enum StoreError {
 
 /// The sled database and its writer.
 #[derive(Clone)]
-pub struct Store {
+pub(crate) struct Store {
+    #[expect(dead_code, reason = "not read: the handle keeps the database open as long as a store lives")]
     db: sled::Db,
     trees: Trees,
     /// The replay window whose pruning was last done (see [`REQUEST_SLOTS`]).
@@ -119,7 +121,7 @@ pub struct Store {
 }
 
 /// Stops the writer when the monitor shuts down.
-pub struct StoreCloser {
+pub(crate) struct StoreCloser {
     close: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -128,7 +130,7 @@ impl StoreCloser {
     /// Writes and answers every commit already sent, stops the writer (later
     /// commits fail with [`StoreError::WriterGone`]), flushes sled and
     /// empties the write-ahead log.
-    pub async fn close(self) -> Result<(), StoreError> {
+    pub(crate) async fn close(self) -> Result<(), StoreError> {
         let _ = self.close.send(());
         self.task.await.map_err(|e| StoreError::BatchFailed(format!("the audit writer failed: {e}")))
     }
@@ -148,13 +150,14 @@ pub enum Durability {
 
 impl Store {
     /// Opens (or creates) the store in `dir` with fsync durability.
-    pub fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
+    #[cfg(test)]
+    pub(crate) fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
         Self::open_with(dir, Durability::Fsync)
     }
 
     /// Opens (or creates) the store in `dir` and starts its writer. Must be
     /// called inside a tokio runtime.
-    pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, StoreCloser), StoreError> {
+    pub(crate) fn open_with(dir: &Path, durability: Durability) -> Result<(Self, StoreCloser), StoreError> {
         let Recovered { db, trees, db_file, wal_dir } = recover(dir, durability)?;
         let wal = Wal::create(&wal_dir, durability == Durability::Fsync)?;
         let head = match trees.audit.last()? {
@@ -218,7 +221,7 @@ impl Store {
 
     /// Appends a record with its state, if its guard holds, and returns once
     /// it is flushed.
-    pub async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
+    pub(crate) async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
@@ -227,7 +230,7 @@ impl Store {
     /// Waits until the record `seq` is flushed. Whatever is read from the
     /// trees may be committed but not yet flushed: a caller is told about it
     /// only after this.
-    pub async fn wait_durable(&self, seq: u64) -> Result<(), StoreError> {
+    pub(crate) async fn wait_durable(&self, seq: u64) -> Result<(), StoreError> {
         let mut flushed = self.flushed.clone();
         flushed.wait_for(|durable| *durable >= seq).await.map(|_| ()).map_err(|_| StoreError::WriterGone)
     }
@@ -237,7 +240,7 @@ impl Store {
     /// window and only in the first half of a window, so that it is done
     /// before the slot is written again. The monitor's sweeper calls it on
     /// a task of its own. Returns how many records were removed.
-    pub async fn prune_requests(&self, now_unix_ns: i64) -> Result<usize, StoreError> {
+    pub(crate) async fn prune_requests(&self, now_unix_ns: i64) -> Result<usize, StoreError> {
         use std::sync::atomic::Ordering;
         let window = now_unix_ns.div_euclid(REPLAY_WINDOW_NS);
         let early = now_unix_ns.rem_euclid(REPLAY_WINDOW_NS) < REPLAY_WINDOW_NS / 2;
@@ -264,7 +267,7 @@ impl Store {
     }
 
     /// A stored approval.
-    pub fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+    pub(crate) fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
         self.trees
             .approvals
             .get(approval_id.as_bytes())?
@@ -273,7 +276,7 @@ impl Store {
     }
 
     /// Every stored grant.
-    pub fn grants(&self) -> Result<Vec<Grant>, StoreError> {
+    pub(crate) fn grants(&self) -> Result<Vec<Grant>, StoreError> {
         self.trees
             .grants
             .iter()
@@ -284,13 +287,8 @@ impl Store {
             .collect()
     }
 
-    /// One grant.
-    pub fn grant(&self, grant_id: &str) -> Result<Option<Grant>, StoreError> {
-        self.trees.grants.get(grant_id.as_bytes())?.map(|v| decode(trees::GRANTS, grant_id.as_bytes(), &v)).transpose()
-    }
-
     /// Every lock.
-    pub fn locks(&self) -> Result<Vec<Lock>, StoreError> {
+    pub(crate) fn locks(&self) -> Result<Vec<Lock>, StoreError> {
         self.trees
             .locks
             .iter()
@@ -302,14 +300,14 @@ impl Store {
     }
 
     /// What is known of a session (see `Trees::session`).
-    pub fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+    pub(crate) fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
         self.trees.session(key)
     }
 
     /// Every session with the id `session`, of any harness and user (a
     /// record an older version kept under the bare id included, with an
     /// empty harness).
-    pub fn sessions_named(&self, session: &str) -> Result<Vec<SessionRecord>, StoreError> {
+    pub(crate) fn sessions_named(&self, session: &str) -> Result<Vec<SessionRecord>, StoreError> {
         let mut out = Vec::new();
         if let Some(value) = self.trees.sessions.get(session.as_bytes())? {
             out.push(read::<SessionRecord>(trees::SESSIONS, session.as_bytes(), &value)?);
@@ -324,7 +322,7 @@ impl Store {
     }
 
     /// Pending approvals, earliest deadline first.
-    pub fn pending(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+    pub(crate) fn pending(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
         self.pending_until(i64::MAX)
     }
 
@@ -333,13 +331,13 @@ impl Store {
     /// the sweeper has expired it yet (so the answer does not depend on the
     /// sweeper's timing). Entries written before deadlines were kept here
     /// count.
-    pub fn pending_count(&self, key: &SessionKey, now_unix_ns: i64) -> Result<usize, StoreError> {
+    pub(crate) fn pending_count(&self, key: &SessionKey, now_unix_ns: i64) -> Result<usize, StoreError> {
         Self::count_waiting(&self.trees.pending_sessions, &key.bytes(), now_unix_ns)
     }
 
     /// How many approvals the harness credential `harness` has waiting at
     /// `now_unix_ns`, like [`Store::pending_count`].
-    pub fn pending_count_of_harness(&self, harness: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
+    pub(crate) fn pending_count_of_harness(&self, harness: &str, now_unix_ns: i64) -> Result<usize, StoreError> {
         Self::count_waiting(&self.trees.pending_harnesses, harness.as_bytes(), now_unix_ns)
     }
 
@@ -359,7 +357,7 @@ impl Store {
     }
 
     /// Pending approvals whose deadline is at or before `unix_ns`.
-    pub fn pending_until(&self, unix_ns: i64) -> Result<Vec<ApprovalRecord>, StoreError> {
+    pub(crate) fn pending_until(&self, unix_ns: i64) -> Result<Vec<ApprovalRecord>, StoreError> {
         let mut out = Vec::new();
         for item in self.trees.pending.iter() {
             let (key, _) = item?;
@@ -378,7 +376,7 @@ impl Store {
 
     /// Durable audit records from `from_seq` on, at most `limit` (records
     /// written but not yet synced are left for the next read).
-    pub fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+    pub(crate) fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
         let durable = self.durable_seq();
         if from_seq > durable {
             return Ok(Vec::new());
@@ -395,7 +393,7 @@ impl Store {
     }
 
     /// The stored hash of record `seq`.
-    pub fn hash_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
+    pub(crate) fn hash_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
         match self.trees.audit.get(seq.to_be_bytes())? {
             Some(value) => Ok(Some(decode_record(&seq.to_be_bytes(), &value)?.hash)),
             None => Ok(None),
@@ -403,7 +401,7 @@ impl Store {
     }
 
     /// The newest record's seq, 0 when the log is empty.
-    pub fn last_seq(&self) -> Result<u64, StoreError> {
+    pub(crate) fn last_seq(&self) -> Result<u64, StoreError> {
         Ok(match self.trees.audit.last()? {
             Some((key, _)) => seq_of_key(&key).unwrap_or(0),
             None => 0,
@@ -413,34 +411,29 @@ impl Store {
     /// The durable watermark ([`Store::durable_seq`]), to follow the log:
     /// it changes when records become durable, which are then read from
     /// the trees ([`Store::audit_from`]).
-    pub fn durable_updates(&self) -> watch::Receiver<u64> {
+    pub(crate) fn durable_updates(&self) -> watch::Receiver<u64> {
         let mut updates = self.flushed.clone();
         updates.mark_unchanged();
         updates
     }
 
     /// Approval changes from now on, after they are flushed.
-    pub fn approval_events(&self) -> broadcast::Receiver<ApprovalEvent> {
+    pub(crate) fn approval_events(&self) -> broadcast::Receiver<ApprovalEvent> {
         self.approval_events.subscribe()
     }
 
     /// The newest record that is durable: what the trees hold beyond it
     /// is written but not yet synced.
-    pub fn durable_seq(&self) -> u64 {
+    pub(crate) fn durable_seq(&self) -> u64 {
         *self.flushed.borrow()
     }
 
     /// Walks the chain up to the newest durable record (a signed head must
     /// not name a record a power loss could still take back).
-    pub fn verify(&self) -> VerifyReport {
+    pub(crate) fn verify(&self) -> VerifyReport {
         let durable = self.durable_seq();
         verify_chain(
             self.trees.audit.range(..=durable.to_be_bytes()).map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
         )
-    }
-
-    /// Whether the underlying database is the same (for tests of wiring).
-    pub fn db(&self) -> &sled::Db {
-        &self.db
     }
 }

@@ -67,14 +67,14 @@ pub struct Remembered {
     pub request_hash: String,
     /// When it was decided, nanoseconds since the Unix epoch.
     #[serde(default)]
-    pub decided_unix_ns: i64,
+    pub(crate) decided_unix_ns: i64,
     /// The decision given then.
-    pub decision: DecisionRecord,
+    pub(crate) decision: DecisionRecord,
 }
 
 impl Remembered {
     /// Whether this decision is still the answer for its request id.
-    pub fn replayable(&self, now_unix_ns: i64, policy_version: &str) -> bool {
+    pub(crate) fn replayable(&self, now_unix_ns: i64, policy_version: &str) -> bool {
         now_unix_ns.saturating_sub(self.decided_unix_ns) < REPLAY_WINDOW_NS
             && self.decision.policy_version == policy_version
     }

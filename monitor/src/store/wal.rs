@@ -47,10 +47,10 @@ const HEADER: usize = 8;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Op {
     /// Index into the store's tree list.
-    pub tree: u8,
-    pub key: Vec<u8>,
+    pub(crate) tree: u8,
+    pub(crate) key: Vec<u8>,
     /// `None` removes the key.
-    pub value: Option<Vec<u8>>,
+    pub(crate) value: Option<Vec<u8>>,
 }
 
 /// Why the log cannot be read back.
