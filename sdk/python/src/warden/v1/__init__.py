@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for warden/v1 (see generate.py)."""
