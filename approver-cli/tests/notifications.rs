@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use warden_monitor::auth::{CredentialConfig, Role};
@@ -189,6 +190,14 @@ async fn approve_from_a_real_desktop_notification() {
     let mut first = String::new();
     stderr.read_line(&mut first).unwrap();
     assert!(first.contains("desktop notifications through dunst"), "{first}");
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
 
     let client = harness(&server).await;
     let actor = Actor::new("alice", "claude-code", "desk-1");
@@ -198,10 +207,12 @@ async fn approve_from_a_real_desktop_notification() {
 
     let desktop = tokio::task::spawn_blocking(move || {
         desktop.wait_until("the notification is displayed", || desktop.displayed() == 1);
-        // Another program on the bus forges clicks: every action key, on the
-        // server's path and elsewhere, for the ids dunst hands out first.
-        for key in ["approve", "approve-15m", "deny"] {
-            for path in ["/org/freedesktop/Notifications", "/x"] {
+        // Another program on the bus forges clicks: every action key, on
+        // another path and on the server's, for the ids dunst hands out
+        // first. The server's path comes last, so that once the watcher has
+        // said it ignored those nine it has seen every forgery.
+        for path in ["/x", "/org/freedesktop/Notifications"] {
+            for key in ["approve", "approve-15m", "deny"] {
                 for id in 1..=3 {
                     let forged = desktop
                         .command("dbus-send")
@@ -218,8 +229,24 @@ async fn approve_from_a_real_desktop_notification() {
     })
     .await
     .unwrap();
-    // None of them resolved anything.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The watcher saw each forgery on the server's path and ignored it
+    // (an event on its stderr, not a pause); none resolved anything.
+    let ignored = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut ignored = 0;
+        while ignored < 9 {
+            assert!(Instant::now() < deadline, "the watcher reported {ignored} of 9 forged clicks within 30 s");
+            match lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.contains("ignored a click on notification") => ignored += 1,
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the watcher's stderr closed"),
+            }
+        }
+        ignored
+    })
+    .await
+    .unwrap();
+    assert_eq!(ignored, 9);
     assert!(!waiting.is_finished(), "a forged click resolved the approval");
     let mut approvals = warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(
         tonic::transport::Channel::from_shared(endpoint.clone()).unwrap().connect().await.unwrap(),

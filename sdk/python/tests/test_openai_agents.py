@@ -166,3 +166,26 @@ def test_interruptions_are_warden_approvals(monitor) -> None:
     assert effects.deployed == ["billing"]
     outputs = tool_outputs(model)
     assert any("not today" in o for o in outputs), outputs
+
+
+def test_a_tool_call_id_runs_once(monitor) -> None:
+    wardend, _ = monitor
+    effects = Effects()
+    deploy = [function_call("deploy", {"service": "billing"}, call_id="call_1")]
+    # The model sends the same call id and arguments in a later turn.
+    model = ScriptedModel([deploy, [assistant_message("ok")], deploy, [assistant_message("again")]])
+    agent, _ = guarded_agent(wardend, model, effects, "oa-once")
+    approver = wardend.approver()
+
+    async def main() -> Any:
+        run = asyncio.create_task(Runner.run(agent, "deploy"))
+        approval = await asyncio.to_thread(approver.pending, lambda a: a.request.actor.session == "oa-once")
+        await asyncio.to_thread(approver.resolve, approval.approval_id, True, "once")
+        await run
+        return await Runner.run(agent, "deploy again")
+
+    result = asyncio.run(main())
+    approver.close()
+    assert result.final_output == "again"
+    assert effects.deployed == ["billing"], "one approval ran the call twice"
+    assert any("ran already" in o for o in tool_outputs(model)), tool_outputs(model)

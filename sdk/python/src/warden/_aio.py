@@ -8,7 +8,7 @@ import grpc
 
 from ._client import _Base
 from ._model import Actor, Decision, Request
-from ._waiting import AWAIT_SLACK, Retry, Waiting, error_of
+from ._waiting import AWAIT_SLACK, Retry, Waiting, answer_to, error_of
 from .v1 import authority_pb2 as pb
 from .v1 import authority_pb2_grpc
 
@@ -69,15 +69,12 @@ class AsyncClient(_Base):
     ) -> Decision:
         """See :meth:`warden.Client.check`: returns only when allowed."""
         message = self._message(actor, request, request_id, justification)
-        waiting = Waiting(await self._authorize(message))
+        waiting = Waiting(message.request_id, await self._authorize(message))
         while (seconds := waiting.pending()) is not None:
             try:
-                if waiting.reconnecting:
-                    answer = await self._authority.Authorize(message, timeout=self.timeout, metadata=self._metadata)
-                else:
-                    answer = await self._authority.AwaitDecision(
-                        waiting.await_request(seconds), timeout=seconds + AWAIT_SLACK, metadata=self._metadata
-                    )
+                answer = await self._authority.AwaitDecision(
+                    waiting.await_request(seconds), timeout=seconds + AWAIT_SLACK, metadata=self._metadata
+                )
             except grpc.RpcError as error:
                 await asyncio.sleep(waiting.failed(error))
                 continue
@@ -103,4 +100,4 @@ class AsyncClient(_Base):
             except grpc.RpcError as error:
                 await asyncio.sleep(retry.failed(error))
                 continue
-            return Decision.from_proto(answer)
+            return answer_to(message.request_id, answer)

@@ -7,7 +7,7 @@ import grpc
 
 from . import _connection
 from ._model import Actor, Decision, Request, new_request_id
-from ._waiting import AWAIT_SLACK, Retry, Waiting, error_of
+from ._waiting import AWAIT_SLACK, Retry, Waiting, answer_to, error_of
 from .v1 import authority_pb2 as pb
 from .v1 import authority_pb2_grpc
 
@@ -101,18 +101,15 @@ class Client(_Base):
         (bad input, a wrong token) otherwise.
 
         While waiting it survives a monitor restart: after a lost
-        connection it asks again with the same request id, which the
-        monitor answers with the request's decision as it stands."""
+        connection it asks about the same approval again (approvals are
+        durable), until the deadline the first answer gave."""
         message = self._message(actor, request, request_id, justification)
-        waiting = Waiting(self._authorize(message))
+        waiting = Waiting(message.request_id, self._authorize(message))
         while (seconds := waiting.pending()) is not None:
             try:
-                if waiting.reconnecting:
-                    answer = self._authority.Authorize(message, timeout=self.timeout, metadata=self._metadata)
-                else:
-                    answer = self._authority.AwaitDecision(
-                        waiting.await_request(seconds), timeout=seconds + AWAIT_SLACK, metadata=self._metadata
-                    )
+                answer = self._authority.AwaitDecision(
+                    waiting.await_request(seconds), timeout=seconds + AWAIT_SLACK, metadata=self._metadata
+                )
             except grpc.RpcError as error:
                 time.sleep(waiting.failed(error))
                 continue
@@ -137,5 +134,5 @@ class Client(_Base):
             except grpc.RpcError as error:
                 time.sleep(retry.failed(error))
                 continue
-            return Decision.from_proto(answer)
+            return answer_to(message.request_id, answer)
 

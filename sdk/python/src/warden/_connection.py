@@ -9,7 +9,7 @@ names ``wardenctl`` reads).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
@@ -38,8 +38,9 @@ class Settings:
 
     endpoint: str
     target: str
-    credentials: grpc.ChannelCredentials | None
-    metadata: tuple[tuple[str, str], ...]
+    # Never in a repr: the metadata holds the bearer token.
+    credentials: grpc.ChannelCredentials | None = field(repr=False)
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)
 
     def options(self) -> list[tuple[str, int | str]]:
         options: list[tuple[str, int | str]] = list(_CHANNEL_OPTIONS)

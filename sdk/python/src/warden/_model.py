@@ -180,7 +180,10 @@ class Decision:
     def from_proto(cls, d: pb.Decision) -> Decision:
         expires_at = None
         if d.HasField("expires_at"):
-            expires_at = datetime.fromtimestamp(d.expires_at.seconds + d.expires_at.nanos / 1e9, tz=timezone.utc)
+            try:
+                expires_at = datetime.fromtimestamp(d.expires_at.seconds + d.expires_at.nanos / 1e9, tz=timezone.utc)
+            except (ValueError, OverflowError, OSError) as e:
+                raise ProtocolError(f"expires_at {d.expires_at.seconds}s is not a time: {e}") from None
         return cls(
             request_id=d.request_id,
             outcome=Outcome.from_proto(d.outcome),

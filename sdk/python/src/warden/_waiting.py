@@ -70,16 +70,27 @@ class Retry:
         return delay
 
 
-class Waiting:
-    """``check`` after its first answer: while PENDING, wait on the approval
-    until its deadline; after a lost connection, ask ``Authorize`` again with
-    the same request id (the monitor answers the request as it stands) and
-    go on waiting."""
+def answer_to(request_id: str, answer: pb.Decision) -> Decision:
+    """The decision in ``answer``, which must be about ``request_id``: an
+    answer about another request is no answer."""
+    decision = Decision.from_proto(answer)
+    if decision.request_id != request_id:
+        raise ProtocolError(f"asked about request {request_id} and got an answer about {decision.request_id!r}")
+    return decision
 
-    def __init__(self, decision: Decision) -> None:
+
+class Waiting:
+    """``check`` after its first answer: while PENDING, wait on that
+    approval (``AwaitDecision``; approvals survive a monitor restart, so after
+    a lost connection it asks again about the same one) until the deadline
+    the first answer gave. An answer about another request or approval is a
+    protocol error: the wait never moves to a new approval."""
+
+    def __init__(self, request_id: str, decision: Decision) -> None:
+        self.request_id = request_id
         self.decision = decision
-        # Set after a failed call: the next call re-asks Authorize.
-        self.reconnecting = False
+        self.approval_id = decision.approval_id
+        self.deadline = decision.expires_at
         self.last_error: grpc.RpcError | None = None
         self.backoff = 0.05
 
@@ -89,11 +100,11 @@ class Waiting:
         decision = self.decision
         if decision.outcome is not Outcome.PENDING:
             return None
-        if not decision.approval_id:
+        if not self.approval_id:
             raise ProtocolError("PENDING without an approval id")
-        if decision.expires_at is None:
-            raise ProtocolError(f"approval {decision.approval_id} is PENDING without a deadline")
-        remaining = (decision.expires_at - datetime.now(timezone.utc)).total_seconds() + EXPIRY_GRACE
+        if self.deadline is None:
+            raise ProtocolError(f"approval {self.approval_id} is PENDING without a deadline")
+        remaining = (self.deadline - datetime.now(timezone.utc)).total_seconds() + EXPIRY_GRACE
         if remaining <= 0:
             if self.last_error is not None:
                 raise error_of(self.last_error) from None
@@ -101,30 +112,22 @@ class Waiting:
         return min(remaining, MAX_AWAIT)
 
     def await_request(self, seconds: float) -> pb.AwaitDecisionRequest:
-        return pb.AwaitDecisionRequest(approval_id=self.decision.approval_id, timeout_ms=max(int(seconds * 1000), 1))
+        return pb.AwaitDecisionRequest(approval_id=self.approval_id, timeout_ms=max(int(seconds * 1000), 1))
 
     def answered(self, answer: pb.Decision) -> None:
-        decision = Decision.from_proto(answer)
-        if decision.request_id != self.decision.request_id:
+        decision = answer_to(self.request_id, answer)
+        if decision.approval_id != self.approval_id:
             raise ProtocolError(
-                f"asked about request {self.decision.request_id} and got an answer about {decision.request_id}"
-            )
-        # AwaitDecision answers about its approval only; Authorize (after a
-        # reconnect) answers about the request, which may be decided afresh.
-        if not self.reconnecting and decision.approval_id != self.decision.approval_id:
-            raise ProtocolError(
-                f"asked about approval {self.decision.approval_id} and got an answer about {decision.approval_id}"
+                f"asked about approval {self.approval_id} and got an answer about {decision.approval_id!r}"
             )
         self.decision = decision
-        self.reconnecting = False
         self.last_error = None
         self.backoff = 0.05
 
     def failed(self, error: grpc.RpcError) -> float:
-        """How long to sleep before reconnecting; raises for a final error."""
+        """How long to sleep before asking again; raises for a final error."""
         if error.code() not in TRANSIENT:
             raise error_of(error) from None
-        self.reconnecting = True
         self.last_error = error
         delay, self.backoff = self.backoff, min(self.backoff * 2, 1.0)
         return delay

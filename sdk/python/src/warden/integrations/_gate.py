@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
@@ -62,9 +64,10 @@ def runs(command: str = "command", *, cwd: str | None = None, cwd_field: str | N
 
 
 def fetches(url: str = "url", *, method: str = "GET", method_field: str | None = None) -> Mapper:
-    """``http.request`` of the argument ``url`` with ``method`` (or the
-    argument ``method_field``)."""
-    return lambda a: http(str(a.get(method_field) or method) if method_field else method, _field(a, url))
+    """``http.request`` of the argument ``url`` with ``method``, or with the
+    argument ``method_field``, which must then be there: a default of ours
+    could differ from the tool's own."""
+    return lambda a: http(_field(a, method_field) if method_field else method, _field(a, url))
 
 
 def uses_secret(name: str = "name") -> Mapper:
@@ -126,8 +129,20 @@ def _pending(tool: str, decision: Decision) -> Verdict:
     )
 
 
+# How many tool calls a gate remembers having let run.
+RAN_MEMORY = 100_000
+
+
 class Gate:
-    """Asks Warden about tool calls for one framework guard."""
+    """Asks Warden about tool calls for one framework guard.
+
+    A call that was let run once is not let run again: the monitor answers a
+    request id it has seen with its earlier decision (for ten minutes), so a
+    model that sends the same tool call id and arguments again would
+    otherwise run an approved call twice on one approval. Asking about a
+    call without running it (``runs=False``: the OpenAI SDK's
+    ``needs_approval``, a paused graph) may happen any number of times.
+    """
 
     def __init__(self, client: AnyClient, mapping: ToolMapping, framework: str) -> None:
         if not isinstance(client, (Client, AsyncClient)):
@@ -135,45 +150,60 @@ class Gate:
         self.client = client
         self.mapping = mapping
         self.framework = framework
+        self._ran: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _run_once(self, tool: str, rid: str, verdict: Verdict, runs: bool) -> Verdict:
+        if not (verdict.allowed and runs):
+            return verdict
+        with self._lock:
+            if rid in self._ran:
+                return Verdict(
+                    False,
+                    f"Warden did not allow `{tool}`: this tool call ran already (a tool call id runs once)",
+                    verdict.decision,
+                )
+            self._ran[rid] = None
+            if len(self._ran) > RAN_MEMORY:
+                self._ran.popitem(last=False)
+        return verdict
 
     def _ask(self, actor: Actor, tool: str, arguments: Mapping[str, Any], call_id: str) -> tuple[Request, str]:
         if not call_id:
             raise ValueError("the tool call has no id")
         return self.mapping.request(tool, arguments), request_id(self.framework, actor, call_id)
 
-    async def check(self, actor: Actor, tool: str, arguments: Mapping[str, Any], call_id: str, *, wait: bool) -> Verdict:
+    async def check(
+        self, actor: Actor, tool: str, arguments: Mapping[str, Any], call_id: str, *, wait: bool, runs: bool
+    ) -> Verdict:
         """ALLOW runs; with ``wait``, PENDING waits for the approver; without,
-        PENDING is reported (``Verdict.pending``)."""
+        PENDING is reported (``Verdict.pending``). ``runs``: the tool runs
+        if allowed (once per call, see the class)."""
         try:
             request, rid = self._ask(actor, tool, arguments, call_id)
             client = self.client
-            if wait:
-                if isinstance(client, AsyncClient):
-                    decision = await client.check(actor, request, request_id=rid)
-                else:
-                    decision = await asyncio.to_thread(client.check, actor, request, request_id=rid)
-                return Verdict(True, "", decision)
             if isinstance(client, AsyncClient):
-                decision = await client.authorize(actor, request, request_id=rid)
+                ask = client.check if wait else client.authorize
+                decision = await ask(actor, request, request_id=rid)
             else:
-                decision = await asyncio.to_thread(client.authorize, actor, request, request_id=rid)
+                decision = await asyncio.to_thread(client.check if wait else client.authorize, actor, request, request_id=rid)
         except Exception as error:  # noqa: BLE001 - every failure is a refusal
             return _refusal(tool, error)
-        return self._verdict(tool, decision)
+        return self._run_once(tool, rid, self._verdict(tool, decision), runs)
 
-    def check_sync(self, actor: Actor, tool: str, arguments: Mapping[str, Any], call_id: str, *, wait: bool) -> Verdict:
+    def check_sync(
+        self, actor: Actor, tool: str, arguments: Mapping[str, Any], call_id: str, *, wait: bool, runs: bool
+    ) -> Verdict:
         """:meth:`check` for synchronous frameworks (a ``warden.Client``)."""
         try:
             client = self.client
             if not isinstance(client, Client):
                 raise TypeError("a synchronous tool call needs a warden.Client, not a warden.AsyncClient")
             request, rid = self._ask(actor, tool, arguments, call_id)
-            if wait:
-                return Verdict(True, "", client.check(actor, request, request_id=rid))
-            decision = client.authorize(actor, request, request_id=rid)
+            decision = (client.check if wait else client.authorize)(actor, request, request_id=rid)
         except Exception as error:  # noqa: BLE001 - every failure is a refusal
             return _refusal(tool, error)
-        return self._verdict(tool, decision)
+        return self._run_once(tool, rid, self._verdict(tool, decision), runs)
 
     def _verdict(self, tool: str, decision: Decision) -> Verdict:
         if decision.outcome is Outcome.ALLOW:

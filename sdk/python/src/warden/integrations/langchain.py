@@ -15,6 +15,9 @@
 allowed does not run: the model gets a ``ToolMessage`` (status ``error``)
 that names the policy and its reason.
 
+Put it last in ``middleware=[…]``: the first is outermost, and a middleware
+inside Warden's could change a call after Warden checked it.
+
 Each tool call is one Warden request, keyed by the tool call's id: LangGraph
 re-runs a node when a graph resumes, and the same call asked again is the
 same request (the same approval), never a second one.
@@ -105,10 +108,12 @@ class WardenMiddleware(AgentMiddleware):
             actor, tool, arguments, call_id = self._call(request)
         except Exception as error:  # noqa: BLE001 - fail closed
             return self._refused(request, Verdict(False, f"Warden did not allow the call: {error}"))
-        verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=self.on_pending == "wait")
-        if verdict.pending:
-            self._pause(verdict)
-            verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=True)
+        wait = self.on_pending == "wait"
+        verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=wait, runs=wait)
+        if not wait:
+            if verdict.pending:
+                self._pause(verdict)
+            verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=True, runs=True)
         if not verdict.allowed:
             return self._refused(request, verdict)
         return handler(request)
@@ -118,10 +123,12 @@ class WardenMiddleware(AgentMiddleware):
             actor, tool, arguments, call_id = self._call(request)
         except Exception as error:  # noqa: BLE001 - fail closed
             return self._refused(request, Verdict(False, f"Warden did not allow the call: {error}"))
-        verdict = await self._gate.check(actor, tool, arguments, call_id, wait=self.on_pending == "wait")
-        if verdict.pending:
-            self._pause(verdict)
-            verdict = await self._gate.check(actor, tool, arguments, call_id, wait=True)
+        wait = self.on_pending == "wait"
+        verdict = await self._gate.check(actor, tool, arguments, call_id, wait=wait, runs=wait)
+        if not wait:
+            if verdict.pending:
+                self._pause(verdict)
+            verdict = await self._gate.check(actor, tool, arguments, call_id, wait=True, runs=True)
         if not verdict.allowed:
             return self._refused(request, verdict)
         return await handler(request)

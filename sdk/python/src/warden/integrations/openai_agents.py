@@ -91,13 +91,15 @@ class WardenGuard:
     async def _check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
         wait = self.on_pending == "wait"
-        verdict = await self._ask(context, context.tool_name, context.tool_arguments, context.tool_call_id, wait=wait)
+        verdict = await self._ask(
+            context, context.tool_name, context.tool_arguments, context.tool_call_id, wait=wait, runs=True
+        )
         if verdict.allowed:
             return ToolGuardrailFunctionOutput.allow(output_info=verdict.decision)
         return ToolGuardrailFunctionOutput.reject_content(verdict.message, output_info=verdict.decision)
 
     async def _ask(
-        self, context: RunContextWrapper[Any], tool: str, arguments: str, call_id: str, *, wait: bool
+        self, context: RunContextWrapper[Any], tool: str, arguments: str, call_id: str, *, wait: bool, runs: bool
     ) -> Verdict:
         try:
             parsed = json.loads(arguments or "{}")
@@ -106,13 +108,13 @@ class WardenGuard:
             actor = self.actor_of(context)
         except Exception as error:  # noqa: BLE001 - fail closed
             return Verdict(False, f"Warden did not allow `{tool}`: the call could not be checked ({error})")
-        return await self._gate.check(actor, tool, parsed, call_id, wait=wait)
+        return await self._gate.check(actor, tool, parsed, call_id, wait=wait, runs=runs)
 
     def _needs_approval(self, tool: str) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
         async def needs_approval(context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str) -> bool:
             # Only PENDING interrupts. A DENY or an error runs into the
             # guardrail, which asks again (the same request) and rejects.
-            verdict = await self._gate.check(self.actor_of(context), tool, arguments, call_id, wait=False)
+            verdict = await self._gate.check(self.actor_of(context), tool, arguments, call_id, wait=False, runs=False)
             return verdict.pending
 
         return needs_approval
@@ -127,7 +129,7 @@ class WardenGuard:
             tool = str(item.tool_name or getattr(raw, "name", ""))
             arguments = str(getattr(raw, "arguments", "") or "{}")
             call_id = str(getattr(raw, "call_id", "") or "")
-            verdict = await self._ask(result.context_wrapper, tool, arguments, call_id, wait=True)
+            verdict = await self._ask(result.context_wrapper, tool, arguments, call_id, wait=True, runs=False)
             if verdict.allowed:
                 state.approve(item)
             else:
