@@ -12,11 +12,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::server::{RunningServer, ServerConfig, start};
 use warden_sdk::{ActionRequest, Actor, BearerToken, Client, Outcome};
+use warden_tests::wait::eventually;
 
 const HARNESS: &str = "wdn_notify_test_harness";
 const APPROVER: &str = "wdn_notify_test_approver";
@@ -69,7 +70,7 @@ impl Drop for Desktop {
 }
 
 impl Desktop {
-    fn start() -> Self {
+    async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut children = Vec::new();
         // A display number no other test run uses.
@@ -112,7 +113,7 @@ impl Desktop {
             .spawn()
             .unwrap();
         desktop.children.push(dunst);
-        desktop.wait_until("dunst owns the notification service", || {
+        eventually("dunst owns the notification service", || async {
             let output = desktop
                 .command("dbus-send")
                 .args([
@@ -125,8 +126,9 @@ impl Desktop {
                 ])
                 .output()
                 .unwrap();
-            String::from_utf8_lossy(&output.stdout).contains("boolean true")
-        });
+            String::from_utf8_lossy(&output.stdout).contains("boolean true").then_some(())
+        })
+        .await;
         desktop
     }
 
@@ -141,12 +143,12 @@ impl Desktop {
         String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(0)
     }
 
-    fn wait_until(&self, what: &str, mut done: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !done() {
-            assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting until {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    /// Waits until dunst shows `count` notifications.
+    async fn displaying(&self, count: usize) {
+        eventually(&format!("dunst shows {count} notification(s)"), || async {
+            (self.displayed() == count).then_some(())
+        })
+        .await;
     }
 }
 
@@ -171,7 +173,7 @@ async fn approve_from_a_real_desktop_notification() {
         );
         return;
     }
-    let desktop = tokio::task::spawn_blocking(Desktop::start).await.unwrap();
+    let desktop = Desktop::start().await;
     let data = tempfile::tempdir().unwrap();
     let server = monitor(data.path()).await;
     let endpoint = format!("http://{}", server.addr());
@@ -205,8 +207,8 @@ async fn approve_from_a_real_desktop_notification() {
         client.check(&actor, ActionRequest::exec(["git", "push", "origin", "main"]).justification("hotfix")).await
     });
 
+    desktop.displaying(1).await;
     let desktop = tokio::task::spawn_blocking(move || {
-        desktop.wait_until("the notification is displayed", || desktop.displayed() == 1);
         // Another program on the bus forges clicks: every action key, on
         // the server's path and elsewhere, for the ids dunst hands out first.
         for key in ["approve", "approve-15m", "deny"] {
@@ -229,21 +231,12 @@ async fn approve_from_a_real_desktop_notification() {
     .unwrap();
     // The watcher saw each of the 18 forgeries and said it ignored it (an
     // event on its stderr, not a pause); none resolved anything.
-    let ignored = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut ignored = 0;
-        while ignored < 18 {
-            assert!(Instant::now() < deadline, "the watcher reported {ignored} of 18 forged clicks within 30 s");
-            match lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) if line.contains("ignored a click on notification") => ignored += 1,
-                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the watcher's stderr closed"),
-            }
-        }
-        ignored
+    let mut ignored = 0;
+    eventually("the watcher reports 18 forged clicks ignored", || {
+        ignored += lines.try_iter().filter(|line| line.contains("ignored a click on notification")).count();
+        std::future::ready((ignored >= 18).then_some(()))
     })
-    .await
-    .unwrap();
+    .await;
     assert_eq!(ignored, 18);
     assert!(!waiting.is_finished(), "a forged click resolved the approval");
     let mut approvals = warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(
@@ -268,12 +261,7 @@ async fn approve_from_a_real_desktop_notification() {
     assert_eq!(decision.note, "approved from the desktop");
 
     // Resolved: the notification goes away.
-    let desktop = tokio::task::spawn_blocking(move || {
-        desktop.wait_until("the notification is closed", || desktop.displayed() == 0);
-        desktop
-    })
-    .await
-    .unwrap();
+    desktop.displaying(0).await;
     let _ = watcher.kill();
     let _ = watcher.wait();
     drop(desktop);

@@ -31,26 +31,7 @@ pub type Admin = pb::admin_client::AdminClient<InterceptedService<Channel, Beare
 pub type Approvals = pb::approvals_client::ApprovalsClient<InterceptedService<Channel, BearerToken>>;
 pub type Authority = pb::authority_client::AuthorityClient<InterceptedService<Channel, BearerToken>>;
 
-/// How long [`eventually`] waits: generous, because these tests wait for
-/// an event (a reload, the sweeper, an approval listed), not for speed.
-pub const EVENTUALLY: Duration = Duration::from_secs(30);
-
-/// Asks `probe` every 20 ms until it gives `Some`, and returns that; panics
-/// naming `what` after [`EVENTUALLY`]. The one way these tests wait.
-pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + EVENTUALLY;
-    loop {
-        if let Some(found) = probe().await {
-            return found;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what} did not happen within {EVENTUALLY:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use warden_tests::wait::eventually;
 
 /// The bundled policy folder.
 pub fn bundled_policies() -> PathBuf {
