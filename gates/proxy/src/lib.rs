@@ -1,0 +1,20 @@
+//! `warden-proxy`: an HTTP(S) forward proxy that a sandbox's only route out
+//! goes through. Every request is asked of Warden (`http.request` with its
+//! method and full URL) before a byte goes upstream; a header value holding
+//! `warden-secret:NAME` gets the secret's value only after `secret.use` of
+//! `Secret::"NAME"` for that destination is allowed.
+//!
+//! - [`ca`]: the proxy's certificate authority (created on first use, key
+//!   mode 0600) and the per-host leaf certificates it presents to clients.
+//! - [`secrets`]: the secret store (a TOML file of mode 0600) and the
+//!   placeholder substitution, pure.
+//! - [`proxy`]: the server: absolute-form HTTP and `CONNECT` (TLS
+//!   terminated, the CONNECT host pinned against SNI and `Host`), the
+//!   decisions, the upstream client, limits.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod ca;
+pub mod proxy;
+pub mod secrets;

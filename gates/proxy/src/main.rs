@@ -1,0 +1,146 @@
+//! `warden-proxy`: flags, the monitor client, the CA, and the listener.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use warden_proxy::ca::Authority;
+use warden_proxy::proxy::{self, Settings};
+use warden_proxy::secrets::Secrets;
+use warden_sdk::Actor;
+
+/// Warden's egress proxy: an HTTP(S) forward proxy for one sandbox. Every
+/// request is asked of Warden (`http.request`, method and full URL) before a
+/// byte goes upstream; HTTPS is terminated with the proxy's CA (`ca
+/// --print`); a header value `warden-secret:NAME` is replaced by the secret
+/// only once `secret.use` is allowed for the request's host. The monitor:
+/// WARDEN_ENDPOINT (default http://127.0.0.1:50051) and WARDEN_TOKEN or
+/// WARDEN_TOKEN_FILE (a harness token).
+#[derive(Parser)]
+#[command(name = "warden-proxy", version)]
+struct Flags {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Where the sandbox reaches the proxy.
+    #[arg(long, default_value = "127.0.0.1:3128")]
+    listen: String,
+    /// The user the sandbox's agent acts for.
+    #[arg(long, env = "WARDEN_USER")]
+    user: Option<String>,
+    /// The kind of agent in the sandbox.
+    #[arg(long, env = "WARDEN_AGENT", default_value = "sandbox")]
+    agent: String,
+    /// The sandbox's session.
+    #[arg(long, env = "WARDEN_SESSION")]
+    session: Option<String>,
+    /// A TOML file of `NAME = "value"` lines, mode 0600 or stricter.
+    #[arg(long)]
+    secrets: Option<PathBuf>,
+    /// An extra CA to trust upstream (PEM), besides the system's.
+    #[arg(long)]
+    upstream_ca: Option<PathBuf>,
+    /// The proxy's own folder: its CA.
+    #[arg(long, default_value = "./.warden-proxy")]
+    data: PathBuf,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+    /// Seconds an upstream may take to start answering.
+    #[arg(long, default_value_t = 60)]
+    upstream_timeout: u64,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The CA certificate the sandbox must trust.
+    Ca {
+        /// Print it (PEM) on stdout.
+        #[arg(long)]
+        print: bool,
+        /// The proxy's folder.
+        #[arg(long, default_value = "./.warden-proxy")]
+        data: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let flags = Flags::parse();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warden-proxy: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(flags: Flags) -> anyhow::Result<()> {
+    if let Some(Command::Ca { print, data }) = &flags.command {
+        let ca = Authority::load_or_create(data)?;
+        if *print {
+            print!("{}", ca.cert_pem());
+        } else {
+            println!("{}", data.join(warden_proxy::ca::CERT_FILE).display());
+        }
+        return Ok(());
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (Some(user), Some(session)) = (flags.user.clone(), flags.session.clone()) else {
+        bail!("who the sandbox acts for: --user and --session (or WARDEN_USER and WARDEN_SESSION)");
+    };
+    let mut settings = Settings::new(Actor::new(user, flags.agent.clone(), session));
+    if let Some(path) = &flags.secrets {
+        settings.secrets = Secrets::load(path)?;
+    }
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        let _ = settings.upstream_roots.add(cert);
+    }
+    if let Some(path) = &flags.upstream_ca {
+        let pem = std::fs::read(path).with_context(|| format!("--upstream-ca {}", path.display()))?;
+        for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(&pem) {
+            let cert: rustls_pki_types::CertificateDer<'static> =
+                cert.with_context(|| format!("--upstream-ca {}: not PEM certificates", path.display()))?;
+            settings.upstream_roots.add(cert).with_context(|| format!("--upstream-ca {}", path.display()))?;
+        }
+    }
+    settings.max_connections = flags.max_connections;
+    settings.upstream_timeout = std::time::Duration::from_secs(flags.upstream_timeout.max(1));
+    let ca = Authority::load_or_create(&flags.data)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| warden_sdk::DEFAULT_ENDPOINT.to_owned());
+        let token = match (std::env::var("WARDEN_TOKEN"), std::env::var("WARDEN_TOKEN_FILE")) {
+            (Ok(token), _) => token,
+            (Err(_), Ok(path)) => {
+                std::fs::read_to_string(&path).with_context(|| format!("WARDEN_TOKEN_FILE {path}"))?
+            }
+            _ => bail!("no harness token: set WARDEN_TOKEN or WARDEN_TOKEN_FILE"),
+        };
+        // Lazy: the proxy starts while the monitor is down, and refuses
+        // every request (503) until it is up.
+        let warden = warden_sdk::Client::connect_lazy(endpoint, &token).await?;
+        let listener = tokio::net::TcpListener::bind(&flags.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", flags.listen))?;
+        println!(
+            "warden-proxy listening on {} (CA {}, {} secrets)",
+            listener.local_addr()?,
+            flags.data.join(warden_proxy::ca::CERT_FILE).display(),
+            settings.secrets.len()
+        );
+        tokio::select! {
+            () = proxy::serve(listener, warden, ca, settings) => Ok(()),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}

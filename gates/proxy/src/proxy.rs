@@ -1,0 +1,482 @@
+//! The proxy server: what each request goes through before a byte goes
+//! upstream.
+//!
+//! ```text
+//! client ──HTTP/1.1──▶ accept (connection bound) ─┬─ absolute-form http://… ──────────────┐
+//!                                                  └─ CONNECT host:port ─▶ TLS (leaf for   │
+//!                                                     host; SNI must be host) ─▶ HTTP/1.1  │
+//!                                                     (Host must be host:port) ────────────┤
+//!   forward: Authorize(http.request, METHOD, URL) ─▶ each warden-secret:NAME in a header:  │
+//!            Authorize(secret.use, NAME, destination=host) ─▶ substitute ─▶ upstream ◀─────┘
+//!            (verified TLS, HTTP/2 when offered; bodies streamed both ways)
+//! ```
+//!
+//! Every refusal is an answer to the client, never a request upstream: 403
+//! with `{"outcome","policy_ids","reasons"}` and `X-Warden-Decision` for a
+//! denial, 503 when the monitor cannot be asked, 421 for a `Host` that is
+//! not the CONNECT host.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use warden_sdk::{ActionRequest, Actor, Error as WardenError};
+
+use crate::ca::Authority;
+use crate::secrets::{self, Secrets};
+
+/// The body of every response the proxy gives.
+pub type Body = BoxBody<Bytes, hyper::Error>;
+type Upstream = HttpClient<HttpsConnector<HttpConnector>, Incoming>;
+
+/// The header that says what Warden decided, on the proxy's own answers.
+pub const DECISION_HEADER: &str = "x-warden-decision";
+
+/// How the proxy runs.
+pub struct Settings {
+    /// Who every request is from.
+    pub actor: Actor,
+    /// The secrets it may put into requests.
+    pub secrets: Secrets,
+    /// Roots trusted upstream: the system's, plus any extra CA.
+    pub upstream_roots: rustls::RootCertStore,
+    /// Connections served at once; more wait in the listen queue.
+    pub max_connections: usize,
+    /// How long an upstream may take to start answering.
+    pub upstream_timeout: Duration,
+    /// How long a client may take to send a request's head (and how long a
+    /// kept-alive connection may stay idle).
+    pub header_timeout: Duration,
+    /// The largest request head accepted, in bytes.
+    pub max_head_bytes: usize,
+}
+
+impl Settings {
+    /// Defaults for `actor`: system roots only, 256 connections, 60 s for
+    /// an upstream to answer, 30 s for a request head of at most 64 KiB.
+    pub fn new(actor: Actor) -> Self {
+        Self {
+            actor,
+            secrets: Secrets::default(),
+            upstream_roots: rustls::RootCertStore::empty(),
+            max_connections: 256,
+            upstream_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(30),
+            max_head_bytes: 64 * 1024,
+        }
+    }
+}
+
+struct Shared {
+    warden: warden_sdk::Client,
+    actor: Actor,
+    secrets: Secrets,
+    ca: Authority,
+    upstream: Upstream,
+    upstream_timeout: Duration,
+    header_timeout: Duration,
+    max_head_bytes: usize,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone)]
+struct Target {
+    https: bool,
+    host: String,
+    port: u16,
+}
+
+impl Target {
+    fn url(&self, path_and_query: &str) -> String {
+        let default = if self.https { 443 } else { 80 };
+        let scheme = if self.https { "https" } else { "http" };
+        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        if self.port == default {
+            format!("{scheme}://{host}{path_and_query}")
+        } else {
+            format!("{scheme}://{host}:{}{path_and_query}", self.port)
+        }
+    }
+}
+
+/// Serves `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, warden: warden_sdk::Client, ca: Authority, settings: Settings) {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(
+            rustls::ClientConfig::builder().with_root_certificates(settings.upstream_roots).with_no_client_auth(),
+        )
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .build();
+    let upstream = HttpClient::builder(TokioExecutor::new()).timer(TokioTimer::new()).build(connector);
+    let shared = Arc::new(Shared {
+        warden,
+        actor: settings.actor,
+        secrets: settings.secrets,
+        ca,
+        upstream,
+        upstream_timeout: settings.upstream_timeout,
+        header_timeout: settings.header_timeout,
+        max_head_bytes: settings.max_head_bytes,
+    });
+    let connections = Arc::new(Semaphore::new(settings.max_connections.max(1)));
+    loop {
+        // A bounded number of connections: the next one is accepted only
+        // when a place is free.
+        let Ok(permit) = Arc::clone(&connections).acquire_owned().await else { return };
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = {
+                let shared = Arc::clone(&shared);
+                service_fn(move |request| {
+                    let shared = Arc::clone(&shared);
+                    async move { Ok::<_, hyper::Error>(handle(shared, request).await) }
+                })
+            };
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(shared.header_timeout)
+                .max_buf_size(shared.max_head_bytes)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    if request.method() == Method::CONNECT {
+        return connect(shared, request);
+    }
+    // Absolute-form: `GET http://host/path HTTP/1.1`.
+    let uri = request.uri();
+    if uri.scheme_str() != Some("http") {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "ERROR",
+            &[],
+            &["a proxy request names an absolute http:// URL; for https://, CONNECT first".into()],
+        );
+    }
+    let Some(host) = uri.host() else {
+        return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &["the URL has no host".into()]);
+    };
+    let target = Target { https: false, host: bare_host(host), port: uri.port_u16().unwrap_or(80) };
+    forward(&shared, request, &target).await
+}
+
+fn bare_host(host: &str) -> String {
+    host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase()
+}
+
+/// `CONNECT host:port`: answers 200, then serves the tunnel as TLS with a
+/// leaf for `host`.
+fn connect(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let Some(authority) = request.uri().authority().cloned() else {
+        return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &["CONNECT needs host:port".into()]);
+    };
+    let Some(port) = authority.port_u16() else {
+        return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &["CONNECT needs host:port".into()]);
+    };
+    let target = Target { https: true, host: bare_host(authority.host()), port };
+    let leaf = match shared.ca.leaf(&target.host) {
+        Ok(leaf) => leaf,
+        Err(e) => {
+            return answer(
+                StatusCode::BAD_REQUEST,
+                "ERROR",
+                &[],
+                &[format!("no certificate for `{}`: {e}", target.host)],
+            );
+        }
+    };
+    tokio::spawn(async move {
+        match hyper::upgrade::on(request).await {
+            Ok(upgraded) => tunnel(shared, TokioIo::new(upgraded), target, leaf).await,
+            Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+        }
+    });
+    Response::new(empty())
+}
+
+/// Presents the leaf for the CONNECT host only: a client hello naming
+/// another host (SNI) gets no certificate and the handshake fails. A hello
+/// without SNI is accepted only for an IP address (clients send none then).
+#[derive(Debug)]
+struct Pinned {
+    host: String,
+    leaf: Arc<CertifiedKey>,
+}
+
+impl ResolvesServerCert for Pinned {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let named = match hello.server_name() {
+            Some(name) => name.eq_ignore_ascii_case(&self.host),
+            None => self.host.parse::<IpAddr>().is_ok(),
+        };
+        if !named {
+            tracing::warn!(connect = %self.host, sni = ?hello.server_name(), "refused: the TLS server name is not the CONNECT host");
+        }
+        named.then(|| Arc::clone(&self.leaf))
+    }
+}
+
+async fn tunnel(shared: Arc<Shared>, io: TokioIo<hyper::upgrade::Upgraded>, target: Target, leaf: Arc<CertifiedKey>) {
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Pinned { host: target.host.clone(), leaf }));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = match tokio_rustls::TlsAcceptor::from(Arc::new(config)).accept(io).await {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::debug!(host = %target.host, error = %e, "TLS from the client failed");
+            return;
+        }
+    };
+    let service = {
+        let shared = Arc::clone(&shared);
+        service_fn(move |request: Request<Incoming>| {
+            let shared = Arc::clone(&shared);
+            let target = target.clone();
+            async move {
+                Ok::<_, hyper::Error>(match host_mismatch(&request, &target) {
+                    Some(why) => answer(StatusCode::MISDIRECTED_REQUEST, "ERROR", &[], &[why]),
+                    None => forward(&shared, request, &target).await,
+                })
+            }
+        })
+    };
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.header_timeout)
+        .max_buf_size(shared.max_head_bytes)
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "tunnel ended");
+    }
+}
+
+/// Why a request inside a tunnel does not go to the CONNECT host, if it
+/// does not: its `Host` (or absolute URI) names another host or port.
+fn host_mismatch(request: &Request<Incoming>, target: &Target) -> Option<String> {
+    let named = match request.uri().authority() {
+        Some(authority) => authority.as_str().to_owned(),
+        None => match request.headers().get(header::HOST).map(HeaderValue::to_str) {
+            Some(Ok(host)) => host.to_owned(),
+            _ => return Some("a request in the tunnel must name its Host".into()),
+        },
+    };
+    let Ok(authority) = named.parse::<http::uri::Authority>() else {
+        return Some(format!("Host `{named}` is not a host"));
+    };
+    let host = bare_host(authority.host());
+    let port = authority.port_u16().unwrap_or(443);
+    (host != target.host || port != target.port).then(|| {
+        format!("Host `{named}` is not the CONNECT target {}:{}: refused, nothing was sent", target.host, target.port)
+    })
+}
+
+/// Headers that belong to one hop, never forwarded.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::TRANSFER_ENCODING);
+}
+
+/// Decides the request and, if allowed, sends it upstream with its
+/// secrets put in.
+async fn forward(shared: &Shared, request: Request<Incoming>, target: &Target) -> Response<Body> {
+    let path = request.uri().path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
+    let url = target.url(path);
+    let method = request.method().as_str().to_owned();
+    if let Err(e) = shared.warden.check(&shared.actor, ActionRequest::http(&method, &url)).await {
+        tracing::info!(%method, %url, "refused");
+        return refusal(&e);
+    }
+
+    // The secrets its headers name, each allowed for this destination.
+    let (mut parts, body) = request.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let mut names = Vec::new();
+    for value in parts.headers.values() {
+        let Ok(text) = value.to_str() else {
+            if value.as_bytes().windows(secrets::PREFIX.len()).any(|w| w == secrets::PREFIX.as_bytes()) {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    "ERROR",
+                    &[],
+                    &["a secret placeholder in a header that is not text".into()],
+                );
+            }
+            continue;
+        };
+        for name in secrets::names(text) {
+            if !names.iter().any(|n: &String| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    for name in &names {
+        let context = json!({ "destination": target.host }).to_string();
+        let asked = ActionRequest::use_secret(name).context_json(context);
+        if let Err(e) = shared.warden.check(&shared.actor, asked).await {
+            tracing::info!(secret = %name, host = %target.host, "secret refused");
+            return refusal(&e);
+        }
+        if shared.secrets.get(name).is_none() {
+            return answer(
+                StatusCode::FORBIDDEN,
+                "ERROR",
+                &[],
+                &[format!("the proxy holds no secret named `{name}`: nothing was sent")],
+            );
+        }
+    }
+    if !names.is_empty() {
+        for value in parts.headers.values_mut() {
+            let Ok(text) = value.to_str() else { continue };
+            if !text.contains(secrets::PREFIX) {
+                continue;
+            }
+            let replaced = secrets::substitute(text, |name| shared.secrets.get(name));
+            match replaced.and_then(|text| HeaderValue::from_str(&text).ok()) {
+                Some(mut filled) => {
+                    filled.set_sensitive(true);
+                    *value = filled;
+                }
+                None => {
+                    return answer(
+                        StatusCode::FORBIDDEN,
+                        "ERROR",
+                        &[],
+                        &["a secret could not be put into its header".into()],
+                    );
+                }
+            }
+        }
+    }
+
+    // Upstream, with the URL the monitor decided on.
+    parts.headers.remove(header::HOST);
+    parts.uri = match url.parse() {
+        Ok(uri) => uri,
+        Err(e) => return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &[format!("the URL `{url}`: {e}")]),
+    };
+    parts.version = http::Version::HTTP_11;
+    let sent = tokio::time::timeout(shared.upstream_timeout, shared.upstream.request(Request::from_parts(parts, body)));
+    match sent.await {
+        Ok(Ok(response)) => {
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.boxed())
+        }
+        Ok(Err(e)) => {
+            tracing::info!(%url, error = %e, "upstream failed");
+            answer(
+                StatusCode::BAD_GATEWAY,
+                "ERROR",
+                &[],
+                &[format!("upstream {}: {}", target.host, upstream_error(&e))],
+            )
+        }
+        Err(_) => answer(
+            StatusCode::GATEWAY_TIMEOUT,
+            "ERROR",
+            &[],
+            &[format!("upstream {} did not answer within {:?}", target.host, shared.upstream_timeout)],
+        ),
+    }
+}
+
+fn upstream_error(error: &hyper_util::client::legacy::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The client's answer for a request Warden did not allow.
+fn refusal(error: &WardenError) -> Response<Body> {
+    match error {
+        WardenError::Denied(decision) | WardenError::NotApproved(decision) => {
+            let mut reasons = decision.reasons.clone();
+            if matches!(error, WardenError::NotApproved(_)) {
+                reasons.push(format!("not approved in time (approval {})", decision.approval_id));
+            }
+            answer(StatusCode::FORBIDDEN, "DENY", &decision.policy_ids, &reasons)
+        }
+        other => {
+            answer(StatusCode::SERVICE_UNAVAILABLE, "ERROR", &[], &[format!("Warden could not be asked: {other}")])
+        }
+    }
+}
+
+fn empty() -> Body {
+    Full::new(Bytes::new()).map_err(|never| match never {}).boxed()
+}
+
+/// A JSON answer of the proxy's own.
+fn answer(status: StatusCode, outcome: &str, policy_ids: &[String], reasons: &[String]) -> Response<Body> {
+    let body = json!({ "outcome": outcome, "policy_ids": policy_ids, "reasons": reasons }).to_string();
+    let mut response = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(DECISION_HEADER, HeaderValue::from_str(outcome).unwrap_or(HeaderValue::from_static("ERROR")));
+    response
+}

@@ -1,0 +1,346 @@
+//! Through the proxy with clients nobody here wrote.
+
+use crate::support::{Monitor, Proxy, SECRET, all_bytes, contains, found_or_skip};
+use crate::upstream::Upstream;
+use std::path::Path;
+
+/// What curl got: the status and the body.
+struct Got {
+    status: u16,
+    body: String,
+    headers: String,
+}
+
+async fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> Got {
+    let dir = tempfile::tempdir().unwrap();
+    let headers = dir.path().join("headers");
+    let output = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "60", "--proxy", &proxy.url(), "--cacert"])
+        .arg(&proxy.ca)
+        .arg("-D")
+        .arg(&headers)
+        .args(["-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = stdout.rsplit_once('\n').unwrap_or(("", stdout.as_str()));
+    Got {
+        status: status.trim().parse().unwrap_or(0),
+        body: body.to_owned(),
+        headers: std::fs::read_to_string(&headers).unwrap_or_default() + &String::from_utf8_lossy(&output.stderr),
+    }
+}
+
+async fn setup() -> (Monitor, Upstream, Proxy) {
+    let monitor = Monitor::start().await;
+    let upstream = Upstream::start().await;
+    let proxy = tokio::task::block_in_place(|| Proxy::start(&monitor, &upstream.ca_pem));
+    (monitor, upstream, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_allowed_gets_arrive_and_denied_ones_never_connect() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (monitor, upstream, proxy) = setup().await;
+    let port = upstream.port();
+
+    let got = curl(&proxy, &format!("https://localhost:{port}/hello?x=1"), &[]).await;
+    assert_eq!(got.status, 200, "{}", got.headers);
+    assert_eq!(got.body, "upstream saw /hello?x=1 with 0 body bytes");
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    // HTTP/2 upstream, which the server offers; HTTP/1.1 from curl.
+    assert_eq!(seen[0].version, http::Version::HTTP_2);
+    // The proxy's own header never goes upstream.
+    assert!(seen[0].header("proxy-authorization").is_none());
+
+    // Denied: 403 with the policy and its reason, and the upstream never
+    // got as much as a connection.
+    let connections = upstream.connections();
+    let got = curl(&proxy, &format!("https://127.0.0.1:{port}/private/keys"), &[]).await;
+    assert_eq!(got.status, 403, "{}", got.headers);
+    assert!(got.headers.to_ascii_lowercase().contains("x-warden-decision: deny"), "{}", got.headers);
+    let body: serde_json::Value = serde_json::from_str(&got.body).unwrap();
+    assert_eq!(body["outcome"], "DENY");
+    assert_eq!(body["policy_ids"], serde_json::json!(["http.private"]));
+    assert!(body["reasons"][0].as_str().unwrap().contains("not for agents"));
+    assert_eq!(upstream.connections(), connections, "a denied request reached the upstream");
+    assert_eq!(upstream.seen().len(), 1);
+
+    // The monitor saw each request as http.request of its full URL.
+    let audit = monitor.audit().await;
+    let asked: Vec<(&str, &str)> =
+        audit.iter().filter(|r| r.action == "http.request").map(|r| (r.resource.as_str(), r.kind.as_str())).collect();
+    assert!(asked.iter().any(|(r, _)| r.contains(&format!("https://localhost:{port}/hello?x=1"))), "{asked:?}");
+    assert!(asked.iter().any(|(r, _)| r.contains(&format!("https://127.0.0.1:{port}/private/keys"))), "{asked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_reaches_its_host_only_and_nobody_sees_it() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (monitor, upstream, proxy) = setup().await;
+    let port = upstream.port();
+    let header = ["-H", "Authorization: Bearer warden-secret:api-key", "-H", "X-Other: plain"];
+
+    let got = curl(&proxy, &format!("https://localhost:{port}/api"), &header).await;
+    assert_eq!(got.status, 200, "{}", got.headers);
+    let seen = upstream.seen();
+    assert_eq!(seen[0].header("authorization"), Some(format!("Bearer {SECRET}").as_str()));
+    assert_eq!(seen[0].header("x-other"), Some("plain"), "other headers untouched");
+
+    // Another host: the secret is refused and nothing is sent at all.
+    let connections = upstream.connections();
+    let got = curl(&proxy, &format!("https://127.0.0.1:{port}/api"), &header).await;
+    assert_eq!(got.status, 403, "{}", got.headers);
+    assert!(got.body.contains("secrets.api-key-host"), "{}", got.body);
+    assert_eq!(upstream.connections(), connections);
+    assert_eq!(upstream.seen().len(), 1);
+
+    // A secret the store does not hold: refused, nothing sent.
+    let got =
+        curl(&proxy, &format!("https://localhost:{port}/api"), &["-H", "Authorization: warden-secret:missing"]).await;
+    assert_eq!(got.status, 403, "{}", got.body);
+    assert_eq!(upstream.seen().len(), 1);
+
+    // The value is nowhere but upstream: not in what the client got, the
+    // proxy's debug log, the audit log or the monitor's files.
+    assert!(!got.body.contains(SECRET) && !got.headers.contains(SECRET));
+    assert!(!proxy.log().contains(SECRET), "the proxy logged the secret");
+    for record in monitor.audit().await {
+        assert!(!format!("{record:?}").contains(SECRET), "the secret is in the audit log");
+    }
+    assert!(!contains(&all_bytes(monitor.data.path()), SECRET), "the secret is in the monitor's store");
+    // Asked twice for api-key: allowed for localhost, denied for 127.0.0.1.
+    let outcomes: Vec<i32> = monitor
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.action == "secret.use" && r.resource.contains("api-key"))
+        .map(|r| r.outcome)
+        .collect();
+    use warden_proto::v1::Outcome;
+    assert_eq!(outcomes, vec![Outcome::Allow as i32, Outcome::Deny as i32]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_post_arrives_after_the_approver_approves() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (monitor, upstream, proxy) = setup().await;
+    let url = format!("https://localhost:{}/deploy", upstream.port());
+    let posting = {
+        let (proxy_url, ca, url) = (proxy.url(), proxy.ca.clone(), url.clone());
+        tokio::spawn(async move {
+            tokio::process::Command::new("curl")
+                .args(["-sS", "--max-time", "60", "--proxy", &proxy_url, "--cacert"])
+                .arg(ca)
+                .args(["-w", "\n%{http_code}", "--data", "release=1.2", &url])
+                .output()
+                .await
+                .unwrap()
+        })
+    };
+    monitor.resolve_when_pending("/deploy", true).await;
+    let output = posting.await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.ends_with("200"), "{stdout}");
+    let seen = upstream.seen();
+    assert_eq!((seen[0].method.as_str(), seen[0].path.as_str(), seen[0].body_bytes), ("POST", "/deploy", 11));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_monitor_stopped_nothing_passes() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (mut monitor, upstream, proxy) = setup().await;
+    monitor.stop().await;
+    let got = curl(&proxy, &format!("https://localhost:{}/hello", upstream.port()), &[]).await;
+    assert_eq!(got.status, 503, "{}", got.headers);
+    assert!(got.body.contains("Warden could not be asked"), "{}", got.body);
+    assert_eq!(upstream.connections(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_through_in_bounded_memory() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (_monitor, upstream, proxy) = setup().await;
+    const SIZE: u64 = 256 * 1024 * 1024;
+    let got = curl(
+        &proxy,
+        &format!("https://localhost:{}/big?bytes={SIZE}", upstream.port()),
+        &["-o", "/dev/null", "--max-time", "300"],
+    )
+    .await;
+    assert_eq!(got.status, 200, "{}", got.headers);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upload");
+    std::fs::File::create(&file).unwrap().set_len(SIZE).unwrap();
+    let got = curl(
+        &proxy,
+        &format!("https://localhost:{}/upload", upstream.port()),
+        &["-X", "PUT", "--data-binary", &format!("@{}", file.display()), "--max-time", "300"],
+    )
+    .await;
+    assert_eq!(got.status, 200, "{}", got.headers);
+    assert_eq!(upstream.seen().last().unwrap().body_bytes, SIZE);
+    // 512 MiB went through; the proxy never held more than a sliver of it.
+    let peak = proxy.peak_rss_kib();
+    assert!(peak < 96 * 1024, "the proxy's peak RSS was {peak} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_through_the_proxy() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pysdk/bin/python");
+    if !python.exists() {
+        assert!(
+            std::env::var_os("WARDEN_REQUIRE_NPM").is_none(),
+            "WARDEN_REQUIRE_NPM is set but {} is missing",
+            python.display()
+        );
+        println!("skipped: {} is missing (scripts/test-deps makes it)", python.display());
+        return;
+    }
+    let (_monitor, upstream, proxy) = setup().await;
+    let script = r#"
+import sys, requests
+base = sys.argv[1]
+# Configured as a sandbox is: HTTPS_PROXY, and REQUESTS_CA_BUNDLE naming
+# the proxy's CA.
+ok = requests.get(f"{base}/hello", headers={"X-Api-Key": "warden-secret:api-key"})
+denied = requests.get(base.replace("localhost", "127.0.0.1") + "/private/x")
+print(ok.status_code, ok.text)
+print(denied.status_code, denied.headers.get("X-Warden-Decision"), denied.json()["policy_ids"])
+"#;
+    let output = tokio::process::Command::new(&python)
+        .args(["-c", script, &format!("https://localhost:{}", upstream.port())])
+        .env("HTTPS_PROXY", proxy.url())
+        .env("REQUESTS_CA_BUNDLE", &proxy.ca)
+        .env_remove("CURL_CA_BUNDLE")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "200 upstream saw /hello with 0 body bytes");
+    assert_eq!(lines[1], "403 DENY ['http.private']");
+    assert_eq!(upstream.seen()[0].header("x-api-key"), Some(SECRET));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_clones_over_https_through_the_proxy() {
+    if !found_or_skip("git") {
+        return;
+    }
+    let repos = tempfile::tempdir().unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    let work = repos.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("README.md"), "cloned through warden-proxy\n").unwrap();
+    git(&work, &["add", "README.md"]);
+    git(&work, &["commit", "-q", "-m", "first"]);
+    git(repos.path(), &["clone", "-q", "--bare", "work", "repo.git"]);
+
+    let monitor = Monitor::start().await;
+    let upstream = Upstream::with_git(repos.path().to_owned()).await;
+    let proxy = tokio::task::block_in_place(|| Proxy::start(&monitor, &upstream.ca_pem));
+    let into = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new("git")
+        .args(["-c", &format!("http.proxy={}", proxy.url())])
+        .arg("-c")
+        .arg(format!("http.sslCAInfo={}", proxy.ca.display()))
+        .args(["clone", "-q", &format!("https://localhost:{}/git/repo.git", upstream.port()), "clone"])
+        .current_dir(into.path())
+        .env_remove("GIT_SSL_CAINFO")
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read_to_string(into.path().join("clone/README.md")).unwrap(), "cloned through warden-proxy\n");
+    // Every request of the clone was decided: the ref advertisement and
+    // the pack fetch.
+    let asked: Vec<String> =
+        monitor.audit().await.into_iter().filter(|r| r.action == "http.request").map(|r| r.resource).collect();
+    assert!(asked.iter().any(|r| r.contains("/git/repo.git/info/refs?service=git-upload-pack")), "{asked:?}");
+    assert!(asked.iter().any(|r| r.contains("/git/repo.git/git-upload-pack")), "{asked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_goes_to_its_connect_host_only() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (_monitor, upstream, proxy) = setup().await;
+    let port = upstream.port();
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(&proxy.ca).unwrap();
+    for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    ));
+    let tunnel = |host: &'static str| {
+        let addr = proxy.addr.clone();
+        async move {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                tcp.read_exact(&mut byte).await.unwrap();
+                head.push(byte[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+            tcp
+        }
+    };
+
+    // CONNECT localhost, then a TLS server name of another host: no
+    // certificate, no handshake.
+    let tcp = tunnel("localhost").await;
+    let name = rustls_pki_types::ServerName::try_from("api.github.com").unwrap();
+    assert!(tls.connect(name, tcp).await.is_err(), "a TLS name other than the CONNECT host was served");
+
+    // CONNECT localhost, TLS for localhost, then Host: another host: 421,
+    // nothing sent.
+    let tcp = tunnel("localhost").await;
+    let mut stream = tls.connect(rustls_pki_types::ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    stream
+        .write_all(format!("GET /hello HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert!(answer.contains("is not the CONNECT target"), "{answer}");
+    assert_eq!(upstream.connections(), 0, "a mismatched request reached the upstream");
+}

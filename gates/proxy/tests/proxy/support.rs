@@ -1,0 +1,239 @@
+//! A real monitor on loopback with the test's policies, and warden-proxy
+//! run as its binary in front of it.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use warden_monitor::auth::{CredentialConfig, Role};
+use warden_monitor::server::{RunningServer, ServerConfig, start};
+use warden_monitor::service::MonitorConfig;
+use warden_proto::v1 as pb;
+use warden_sdk::BearerToken;
+use warden_tests::wait::eventually;
+
+pub const HARNESS: &str = "wdn_test_proxy_harness";
+pub const APPROVER: &str = "wdn_test_proxy_approver";
+pub const ADMIN: &str = "wdn_test_proxy_admin";
+/// The secret's value: it must reach the bound host and nowhere else.
+pub const SECRET: &str = "s3cr3t-d0-not-leak-4f1c";
+
+/// The proxy tests' policies: the upstream is reachable as `localhost`;
+/// `127.0.0.1/private…` is not; a POST needs a person's approval (but a
+/// git fetch's `git-upload-pack` does not); the secret `api-key` may go to
+/// `localhost` only.
+pub const POLICIES: &str = r#"
+@id("http.loopback") @reason("the test upstream may be reached")
+permit (principal, action == Action::"http.request", resource);
+
+@id("http.private") @reason("the private pages are not for agents")
+forbid (principal, action == Action::"http.request", resource)
+when { resource.host == "127.0.0.1" && resource.path like "/private*" };
+
+@id("http.post-needs-approval") @reason("sending data out needs a person's approval") @timeout("2m")
+forbid (principal, action == Action::"http.request", resource)
+when { resource.method == "POST" && !(resource.path like "*/git-upload-pack") } unless { context.approved };
+
+@id("secrets.api-key") @reason("api-key may be used")
+permit (principal, action == Action::"secret.use", resource == Secret::"api-key");
+
+@id("secrets.api-key-host") @reason("api-key goes to localhost only")
+forbid (principal, action == Action::"secret.use", resource == Secret::"api-key")
+unless { context has destination && context.destination == "localhost" };
+"#;
+
+fn bundled(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies").join(file)
+}
+
+pub struct Monitor {
+    server: Option<RunningServer>,
+    pub endpoint: String,
+    _policies: tempfile::TempDir,
+    pub data: tempfile::TempDir,
+}
+
+impl Monitor {
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["schema.cedarschema", "entities.json"] {
+            std::fs::copy(bundled(file), dir.path().join(file)).unwrap();
+        }
+        std::fs::write(dir.path().join("test.cedar"), POLICIES).unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            policies: dir.path().to_owned(),
+            data: data.path().to_owned(),
+            credentials: vec![
+                CredentialConfig::for_token("egress-proxy", Role::Harness, HARNESS, &["*"]),
+                CredentialConfig {
+                    groups: vec!["*".into()],
+                    ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
+                },
+                CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
+            ],
+            durability: Default::default(),
+            checkpoint_every: Duration::from_secs(300),
+            tls: None,
+            socket: None,
+            monitor: MonitorConfig { policy_dir: dir.path().to_owned(), ..MonitorConfig::default() },
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start(config, listener).await.unwrap();
+        let endpoint = format!("http://{}", server.addr());
+        Self { server: Some(server), endpoint, _policies: dir, data }
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop().await.unwrap();
+        }
+    }
+
+    async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Channel::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap()
+    }
+
+    /// Waits for a pending approval of an HTTP request to `path` and
+    /// answers it.
+    pub async fn resolve_when_pending(&self, path: &str, approve: bool) -> pb::Approval {
+        let mut approvals = pb::approvals_client::ApprovalsClient::with_interceptor(
+            self.channel().await,
+            BearerToken::new(APPROVER).unwrap(),
+        );
+        let waiting = eventually(&format!("an approval for {path}"), || {
+            let mut approvals = approvals.clone();
+            async move {
+                let listed = approvals.list_pending(pb::ListPendingRequest::default()).await.ok()?.into_inner();
+                listed.approvals.into_iter().find(|a| {
+                    matches!(a.request.as_ref().and_then(|r| r.resource.as_ref()),
+                        Some(pb::authorize_request::Resource::Http(h)) if h.url.ends_with(path))
+                })
+            }
+        })
+        .await;
+        let resolve =
+            pb::ResolveRequest { approval_id: waiting.approval_id, approve, note: "ok".into(), ..Default::default() };
+        approvals.resolve(resolve).await.unwrap().into_inner()
+    }
+
+    /// Every audit record, oldest first.
+    pub async fn audit(&self) -> Vec<pb::AuditRecord> {
+        use tokio_stream::StreamExt as _;
+        let mut admin =
+            pb::admin_client::AdminClient::with_interceptor(self.channel().await, BearerToken::new(ADMIN).unwrap());
+        let request = pb::TailAuditRequest { count: 0, all: true, follow: false };
+        let stream = admin.tail_audit(request).await.unwrap().into_inner();
+        stream.collect::<Result<Vec<_>, _>>().await.unwrap()
+    }
+}
+
+/// warden-proxy, running.
+pub struct Proxy {
+    child: Child,
+    pub addr: String,
+    _data: tempfile::TempDir,
+    /// The CA the clients trust.
+    pub ca: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proxy {
+    pub fn start(monitor: &Monitor, upstream_ca: &str) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let upstream = data.path().join("upstream-ca.pem");
+        std::fs::write(&upstream, upstream_ca).unwrap();
+        let secrets = data.path().join("secrets.toml");
+        std::fs::write(&secrets, format!("api-key = \"{SECRET}\"\nother = \"unused\"\n")).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let stderr = data.path().join("proxy.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warden-proxy"))
+            .args(["--listen", "127.0.0.1:0", "--user", "alice", "--agent", "sandbox", "--session", "sandbox-1"])
+            .arg("--data")
+            .arg(data.path().join("proxy"))
+            .arg("--upstream-ca")
+            .arg(&upstream)
+            .arg("--secrets")
+            .arg(&secrets)
+            .env("WARDEN_ENDPOINT", &monitor.endpoint)
+            .env("WARDEN_TOKEN", HARNESS)
+            .env("WARDEN_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line
+            .strip_prefix("warden-proxy listening on ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("warden-proxy did not start: {line}"))
+            .to_owned();
+        let ca = data.path().join("proxy").join("ca.pem");
+        Self { child, addr, _data: data, ca, stderr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the proxy logged (at debug level).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The peak resident memory of the proxy process, in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+/// Whether `program` runs here; if not, the test skips (and fails when
+/// WARDEN_REQUIRE_NPM, set by CI, says the machine must have it).
+pub fn found_or_skip(program: &str) -> bool {
+    let found = Command::new(program).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !found {
+        assert!(std::env::var_os("WARDEN_REQUIRE_NPM").is_none(), "WARDEN_REQUIRE_NPM is set but {program} is missing");
+        println!("skipped: {program} is not installed");
+    }
+    found
+}
+
+/// Every file under `dir`, read whole, concatenated: to look for a value.
+pub fn all_bytes(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(all_bytes(&path));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            out.extend(bytes);
+        }
+    }
+    out
+}
+
+pub fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
