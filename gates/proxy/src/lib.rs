@@ -6,6 +6,8 @@
 //!
 //! - [`ca`]: the proxy's certificate authority (created on first use, key
 //!   mode 0600) and the per-host leaf certificates it presents to clients.
+//! - [`clients`]: who a request is from: one sandbox fixed by flags, or
+//!   several with proxy credentials of their own (`Proxy-Authorization`).
 //! - [`secrets`]: the secret store (a TOML file of mode 0600) and the
 //!   placeholder substitution, pure.
 //! - [`proxy`]: the server: absolute-form HTTP and `CONNECT` (TLS
@@ -16,5 +18,6 @@
 #![deny(missing_docs)]
 
 pub mod ca;
+pub mod clients;
 pub mod proxy;
 pub mod secrets;

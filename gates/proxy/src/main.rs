@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use warden_proxy::ca::Authority;
+use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Settings};
 use warden_proxy::secrets::Secrets;
 use warden_sdk::Actor;
@@ -25,7 +26,13 @@ struct Flags {
     /// Where the sandbox reaches the proxy.
     #[arg(long, default_value = "127.0.0.1:3128")]
     listen: String,
-    /// The user the sandbox's agent acts for.
+    /// Sandboxes with proxy credentials of their own (`Proxy-Authorization`),
+    /// each mapped to its user, agent and session: a TOML file of
+    /// [[clients]] (token_sha256, user, agent, session, max_connections).
+    /// Instead of --user and --session.
+    #[arg(long, conflicts_with_all = ["user", "session"])]
+    clients: Option<PathBuf>,
+    /// The user the sandbox's agent acts for (one sandbox, no credential).
     #[arg(long, env = "WARDEN_USER")]
     user: Option<String>,
     /// The kind of agent in the sandbox.
@@ -93,10 +100,14 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         return Ok(());
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let (Some(user), Some(session)) = (flags.user.clone(), flags.session.clone()) else {
-        bail!("who the sandbox acts for: --user and --session (or WARDEN_USER and WARDEN_SESSION)");
+    let clients = match (&flags.clients, flags.user.clone(), flags.session.clone()) {
+        (Some(path), _, _) => Clients::load(path).map_err(anyhow::Error::msg)?,
+        (None, Some(user), Some(session)) => {
+            Clients::fixed(Actor::new(user, flags.agent.clone(), session), DEFAULT_MAX_CONNECTIONS)
+        }
+        _ => bail!("who the sandbox acts for: --user and --session (or WARDEN_USER and WARDEN_SESSION), or --clients"),
     };
-    let mut settings = Settings::new(Actor::new(user, flags.agent.clone(), session));
+    let mut settings = Settings::new(clients);
     if let Some(path) = &flags.secrets {
         settings.secrets = Secrets::load(path)?;
     }

@@ -35,10 +35,11 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use warden_sdk::{ActionRequest, Actor, Error as WardenError};
 
 use crate::ca::Authority;
+use crate::clients::Clients;
 use crate::secrets::{self, Secrets};
 
 /// The body of every response the proxy gives.
@@ -50,8 +51,8 @@ pub const DECISION_HEADER: &str = "x-warden-decision";
 
 /// How the proxy runs.
 pub struct Settings {
-    /// Who every request is from.
-    pub actor: Actor,
+    /// Who requests are from.
+    pub clients: Clients,
     /// The secrets it may put into requests.
     pub secrets: Secrets,
     /// Roots trusted upstream: the system's, plus any extra CA.
@@ -68,11 +69,11 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Defaults for `actor`: system roots only, 256 connections, 60 s for
-    /// an upstream to answer, 30 s for a request head of at most 64 KiB.
-    pub fn new(actor: Actor) -> Self {
+    /// Defaults for `clients`: system roots only, 256 connections, 60 s
+    /// for an upstream to answer, 30 s for a request head of at most 64 KiB.
+    pub fn new(clients: Clients) -> Self {
         Self {
-            actor,
+            clients,
             secrets: Secrets::default(),
             upstream_roots: rustls::RootCertStore::empty(),
             max_connections: 256,
@@ -85,7 +86,7 @@ impl Settings {
 
 struct Shared {
     warden: warden_sdk::Client,
-    actor: Actor,
+    clients: Clients,
     secrets: Secrets,
     ca: Authority,
     upstream: Upstream,
@@ -128,7 +129,7 @@ pub async fn serve(listener: TcpListener, warden: warden_sdk::Client, ca: Author
     let upstream = HttpClient::builder(TokioExecutor::new()).timer(TokioTimer::new()).build(connector);
     let shared = Arc::new(Shared {
         warden,
-        actor: settings.actor,
+        clients: settings.clients,
         secrets: settings.secrets,
         ca,
         upstream,
@@ -173,8 +174,24 @@ pub async fn serve(listener: TcpListener, warden: warden_sdk::Client, ca: Author
 }
 
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let client = match shared.clients.identify(request.headers()) {
+        Ok(client) => client,
+        Err(why) => {
+            let mut response = answer(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "ERROR", &[], &[why.to_string()]);
+            response
+                .headers_mut()
+                .insert(header::PROXY_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"warden-proxy\""));
+            return response;
+        }
+    };
+    // A place of the client's, for the tunnel's life or this request's.
+    let Some(slot) = client.slot() else {
+        let why = format!("this sandbox has {} tunnels and requests open already", client.max_connections());
+        return answer(StatusCode::TOO_MANY_REQUESTS, "ERROR", &[], &[why]);
+    };
+    let actor = client.actor.clone();
     if request.method() == Method::CONNECT {
-        return connect(shared, request);
+        return connect(shared, request, actor, slot);
     }
     // Absolute-form: `GET http://host/path HTTP/1.1`.
     let uri = request.uri();
@@ -190,7 +207,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &["the URL has no host".into()]);
     };
     let target = Target { https: false, host: bare_host(host), port: uri.port_u16().unwrap_or(80) };
-    forward(&shared, request, &target).await
+    let response = forward(&shared, &actor, request, &target).await;
+    drop(slot);
+    response
 }
 
 fn bare_host(host: &str) -> String {
@@ -199,7 +218,12 @@ fn bare_host(host: &str) -> String {
 
 /// `CONNECT host:port`: answers 200, then serves the tunnel as TLS with a
 /// leaf for `host`.
-fn connect(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+fn connect(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+    actor: Actor,
+    slot: OwnedSemaphorePermit,
+) -> Response<Body> {
     let Some(authority) = request.uri().authority().cloned() else {
         return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &["CONNECT needs host:port".into()]);
     };
@@ -220,9 +244,10 @@ fn connect(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     };
     tokio::spawn(async move {
         match hyper::upgrade::on(request).await {
-            Ok(upgraded) => tunnel(shared, TokioIo::new(upgraded), target, leaf).await,
+            Ok(upgraded) => tunnel(shared, TokioIo::new(upgraded), target, leaf, actor).await,
             Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
         }
+        drop(slot);
     });
     Response::new(empty())
 }
@@ -249,7 +274,13 @@ impl ResolvesServerCert for Pinned {
     }
 }
 
-async fn tunnel(shared: Arc<Shared>, io: TokioIo<hyper::upgrade::Upgraded>, target: Target, leaf: Arc<CertifiedKey>) {
+async fn tunnel(
+    shared: Arc<Shared>,
+    io: TokioIo<hyper::upgrade::Upgraded>,
+    target: Target,
+    leaf: Arc<CertifiedKey>,
+    actor: Actor,
+) {
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(Pinned { host: target.host.clone(), leaf }));
@@ -266,10 +297,11 @@ async fn tunnel(shared: Arc<Shared>, io: TokioIo<hyper::upgrade::Upgraded>, targ
         service_fn(move |request: Request<Incoming>| {
             let shared = Arc::clone(&shared);
             let target = target.clone();
+            let actor = actor.clone();
             async move {
                 Ok::<_, hyper::Error>(match host_mismatch(&request, &target) {
                     Some(why) => answer(StatusCode::MISDIRECTED_REQUEST, "ERROR", &[], &[why]),
-                    None => forward(&shared, request, &target).await,
+                    None => forward(&shared, &actor, request, &target).await,
                 })
             }
         })
@@ -336,11 +368,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Decides the request and, if allowed, sends it upstream with its
 /// secrets put in.
-async fn forward(shared: &Shared, request: Request<Incoming>, target: &Target) -> Response<Body> {
+async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, target: &Target) -> Response<Body> {
     let path = request.uri().path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
     let url = target.url(path);
     let method = request.method().as_str().to_owned();
-    if let Err(e) = shared.warden.check(&shared.actor, ActionRequest::http(&method, &url)).await {
+    if let Err(e) = shared.warden.check(actor, ActionRequest::http(&method, &url)).await {
         tracing::info!(%method, %url, "refused");
         return refusal(&e);
     }
@@ -370,7 +402,7 @@ async fn forward(shared: &Shared, request: Request<Incoming>, target: &Target) -
     for name in &names {
         let context = json!({ "destination": target.host }).to_string();
         let asked = ActionRequest::use_secret(name).context_json(context);
-        if let Err(e) = shared.warden.check(&shared.actor, asked).await {
+        if let Err(e) = shared.warden.check(actor, asked).await {
             tracing::info!(secret = %name, host = %target.host, "secret refused");
             return refusal(&e);
         }

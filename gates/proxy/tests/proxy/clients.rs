@@ -344,3 +344,49 @@ async fn a_tunnel_goes_to_its_connect_host_only() {
     assert!(answer.contains("is not the CONNECT target"), "{answer}");
     assert_eq!(upstream.connections(), 0, "a mismatched request reached the upstream");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_is_known_by_its_proxy_credential() {
+    use sha2::Digest as _;
+    if !found_or_skip("curl") {
+        return;
+    }
+    let monitor = Monitor::start().await;
+    let upstream = Upstream::start().await;
+    let hash = |token: &str| hex::encode(sha2::Sha256::digest(token.as_bytes()));
+    let proxy = tokio::task::block_in_place(|| {
+        Proxy::start_with(&monitor, &upstream.ca_pem, |dir| {
+            let file = dir.join("clients.toml");
+            std::fs::write(
+                &file,
+                format!(
+                    "[[clients]]\ntoken_sha256 = \"{}\"\nuser = \"alice\"\nsession = \"box-a\"\n\n\
+                     [[clients]]\ntoken_sha256 = \"{}\"\nuser = \"bob\"\nagent = \"ci\"\nsession = \"box-b\"\n",
+                    hash("token-of-a"),
+                    hash("token-of-b")
+                ),
+            )
+            .unwrap();
+            vec!["--clients".into(), file.display().to_string()]
+        })
+    });
+    let url = format!("https://localhost:{}/hello", upstream.port());
+    let through = |user: &str| format!("http://{user}@{}", proxy.addr);
+
+    for (credential, expect) in [("x:token-of-a", "alice"), ("x:token-of-b", "bob")] {
+        let got = curl(&proxy, &url, &["--proxy", &through(credential)]).await;
+        assert_eq!(got.status, 200, "{}", got.headers);
+        let audit = monitor.audit().await;
+        let last = audit.iter().rev().find(|r| r.action == "http.request").unwrap();
+        assert_eq!(last.actor.as_ref().unwrap().user, expect);
+    }
+    assert_eq!(upstream.seen().len(), 2);
+    // No credential, or a wrong one: 407, nothing decided or sent.
+    let decided = monitor.audit().await.len();
+    for proxy_url in [proxy.url(), through("x:not-a-token")] {
+        let got = curl(&proxy, &url, &["--proxy", &proxy_url]).await;
+        assert!(got.headers.contains("407"), "{}", got.headers);
+    }
+    assert_eq!(monitor.audit().await.len(), decided);
+    assert_eq!(upstream.seen().len(), 2);
+}
