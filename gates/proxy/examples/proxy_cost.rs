@@ -130,7 +130,7 @@ async fn main() {
     let warden = warden_sdk::Client::connect(format!("http://{}", monitor.addr()), HARNESS).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy_addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(serve(listener, warden, ca, settings));
+    tokio::spawn(serve(warden_proxy::proxy::Listener::Tcp(listener), warden, ca, settings));
 
     let config = tls_config(&[&upstream.ca_pem, &ca_pem]);
     let mut direct = connection(port, None, Arc::clone(&config)).await;

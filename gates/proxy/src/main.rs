@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use warden_proxy::ca::Authority;
 use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
-use warden_proxy::proxy::{self, Settings};
+use warden_proxy::proxy::{self, Listener, Settings};
 use warden_proxy::secrets::Secrets;
 use warden_sdk::Actor;
 
@@ -23,7 +23,8 @@ use warden_sdk::Actor;
 struct Flags {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Where the sandbox reaches the proxy.
+    /// Where the sandbox reaches the proxy: HOST:PORT, or unix:/path for a
+    /// Unix socket (which must not exist yet).
     #[arg(long, default_value = "127.0.0.1:3128")]
     listen: String,
     /// Sandboxes with proxy credentials of their own (`Proxy-Authorization`),
@@ -140,12 +141,11 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         // Lazy: the proxy starts while the monitor is down, and refuses
         // every request (503) until it is up.
         let warden = warden_sdk::Client::connect_lazy(endpoint, &token).await?;
-        let listener = tokio::net::TcpListener::bind(&flags.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", flags.listen))?;
+        let listener =
+            Listener::bind(&flags.listen).await.with_context(|| format!("cannot listen on {}", flags.listen))?;
         println!(
             "warden-proxy listening on {} (CA {}, {} secrets)",
-            listener.local_addr()?,
+            listener.address(),
             flags.data.join(warden_proxy::ca::CERT_FILE).display(),
             settings.secrets.len()
         );

@@ -117,7 +117,40 @@ impl Target {
 }
 
 /// Serves `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, warden: warden_sdk::Client, ca: Authority, settings: Settings) {
+/// Where the proxy listens: a TCP address, or a Unix socket
+/// (`unix:/path`).
+pub enum Listener {
+    /// `HOST:PORT`.
+    Tcp(TcpListener),
+    /// `unix:/path`.
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// Binds `address`: `unix:/path` for a Unix socket (which must not
+    /// exist yet), else `HOST:PORT`.
+    pub async fn bind(address: &str) -> std::io::Result<Self> {
+        match address.strip_prefix("unix:") {
+            Some(path) => tokio::net::UnixListener::bind(path).map(Self::Unix),
+            None => TcpListener::bind(address).await.map(Self::Tcp),
+        }
+    }
+
+    /// The address, as it is said back (`127.0.0.1:3128`, `unix:/path`).
+    pub fn address(&self) -> String {
+        match self {
+            Self::Tcp(listener) => listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            Self::Unix(listener) => listener
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
+                .unwrap_or_else(|| "unix:?".into()),
+        }
+    }
+}
+
+/// Serves `listener` until the task is dropped.
+pub async fn serve(listener: Listener, warden: warden_sdk::Client, ca: Authority, settings: Settings) {
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(
             rustls::ClientConfig::builder().with_root_certificates(settings.upstream_roots).with_no_client_auth(),
@@ -142,34 +175,48 @@ pub async fn serve(listener: TcpListener, warden: warden_sdk::Client, ca: Author
         // A bounded number of connections: the next one is accepted only
         // when a place is free.
         let Ok(permit) = Arc::clone(&connections).acquire_owned().await else { return };
-        let (stream, peer) = match listener.accept().await {
+        let accepted = match &listener {
+            Listener::Tcp(tcp) => tcp.accept().await.map(|(stream, peer)| {
+                let _ = stream.set_nodelay(true);
+                (Box::new(stream) as Box<dyn Stream>, peer.to_string())
+            }),
+            Listener::Unix(unix) => {
+                unix.accept().await.map(|(stream, _)| (Box::new(stream) as Box<dyn Stream>, "unix".to_owned()))
+            }
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 continue;
             }
         };
+        tokio::spawn(connection(Arc::clone(&shared), stream, peer, permit));
+    }
+}
+
+/// A client's connection: a byte stream either way.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
+async fn connection(shared: Arc<Shared>, stream: Box<dyn Stream>, peer: String, permit: OwnedSemaphorePermit) {
+    let _permit = permit;
+    let service = {
         let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = {
-                let shared = Arc::clone(&shared);
-                service_fn(move |request| {
-                    let shared = Arc::clone(&shared);
-                    async move { Ok::<_, hyper::Error>(handle(shared, request).await) }
-                })
-            };
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(shared.header_timeout)
-                .max_buf_size(shared.max_head_bytes)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades()
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "connection ended");
-            }
-        });
+        service_fn(move |request| {
+            let shared = Arc::clone(&shared);
+            async move { Ok::<_, hyper::Error>(handle(shared, request).await) }
+        })
+    };
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.header_timeout)
+        .max_buf_size(shared.max_head_bytes)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(%peer, error = %e, "connection ended");
     }
 }
 

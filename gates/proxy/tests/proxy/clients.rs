@@ -288,39 +288,60 @@ async fn git_clones_over_https_through_the_proxy() {
     assert!(asked.iter().any(|r| r.contains("/git/repo.git/git-upload-pack")), "{asked:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tunnel_goes_to_its_connect_host_only() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let (_monitor, upstream, proxy) = setup().await;
-    let port = upstream.port();
+/// A TLS client that trusts the proxy's CA.
+fn trusting(ca: &Path) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
-    let ca = std::fs::read(&proxy.ca).unwrap();
-    for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(&ca) {
+    let pem = std::fs::read(ca).unwrap();
+    for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(&pem) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(
         rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth(),
-    ));
+    ))
+}
+
+/// Sends `CONNECT host:port` on `stream` and reads the proxy's 200.
+async fn connect_to<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    host: &str,
+    port: u16,
+) -> S {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    stream
+        .write_all(format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    stream
+}
+
+/// Sends one request over `stream` and reads the answer to its end.
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S, request: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_goes_to_its_connect_host_only() {
+    let (_monitor, upstream, proxy) = setup().await;
+    let port = upstream.port();
+    let tls = trusting(&proxy.ca);
     let tunnel = |host: &'static str| {
         let addr = proxy.addr.clone();
-        async move {
-            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            tcp.write_all(format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
-            let mut head = Vec::new();
-            while !head.ends_with(b"\r\n\r\n") {
-                let mut byte = [0u8; 1];
-                tcp.read_exact(&mut byte).await.unwrap();
-                head.push(byte[0]);
-            }
-            assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
-            tcp
-        }
+        async move { connect_to(tokio::net::TcpStream::connect(addr).await.unwrap(), host, port).await }
     };
 
     // CONNECT localhost, then a TLS server name of another host: no
@@ -332,14 +353,9 @@ async fn a_tunnel_goes_to_its_connect_host_only() {
     // CONNECT localhost, TLS for localhost, then Host: another host: 421,
     // nothing sent.
     let tcp = tunnel("localhost").await;
-    let mut stream = tls.connect(rustls_pki_types::ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
-    stream
-        .write_all(format!("GET /hello HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer);
+    let stream = tls.connect(rustls_pki_types::ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let answer =
+        exchange(stream, &format!("GET /hello HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")).await;
     assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
     assert!(answer.contains("is not the CONNECT target"), "{answer}");
     assert_eq!(upstream.connections(), 0, "a mismatched request reached the upstream");
@@ -355,7 +371,7 @@ async fn each_sandbox_is_known_by_its_proxy_credential() {
     let upstream = Upstream::start().await;
     let hash = |token: &str| hex::encode(sha2::Sha256::digest(token.as_bytes()));
     let proxy = tokio::task::block_in_place(|| {
-        Proxy::start_with(&monitor, &upstream.ca_pem, |dir| {
+        Proxy::start_with(&monitor, &upstream.ca_pem, "127.0.0.1:0", |dir| {
             let file = dir.join("clients.toml");
             std::fs::write(
                 &file,
@@ -389,4 +405,30 @@ async fn each_sandbox_is_known_by_its_proxy_credential() {
     }
     assert_eq!(monitor.audit().await.len(), decided);
     assert_eq!(upstream.seen().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_listens_on_a_unix_socket() {
+    let monitor = Monitor::start().await;
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let listen = format!("unix:{}", socket.display());
+    let proxy = tokio::task::block_in_place(|| {
+        Proxy::start_with(&monitor, &upstream.ca_pem, &listen, |_| {
+            ["--user", "alice", "--session", "socket-1"].map(String::from).to_vec()
+        })
+    });
+    assert_eq!(proxy.addr, listen);
+    let port = upstream.port();
+    let stream = connect_to(tokio::net::UnixStream::connect(&socket).await.unwrap(), "localhost", port).await;
+    let stream = trusting(&proxy.ca)
+        .connect(rustls_pki_types::ServerName::try_from("localhost").unwrap(), stream)
+        .await
+        .unwrap();
+    let answer =
+        exchange(stream, &format!("GET /hello HTTP/1.1\r\nHost: localhost:{port}\r\nConnection: close\r\n\r\n")).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("upstream saw /hello with 0 body bytes"), "{answer}");
+    assert_eq!(upstream.seen().len(), 1);
 }

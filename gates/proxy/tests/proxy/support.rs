@@ -149,13 +149,18 @@ impl Drop for Proxy {
 impl Proxy {
     /// One sandbox: alice's agent `sandbox`, session `sandbox-1`.
     pub fn start(monitor: &Monitor, upstream_ca: &str) -> Self {
-        Self::start_with(monitor, upstream_ca, |_| {
+        Self::start_with(monitor, upstream_ca, "127.0.0.1:0", |_| {
             ["--user", "alice", "--agent", "sandbox", "--session", "sandbox-1"].map(String::from).to_vec()
         })
     }
 
     /// With the actor flags `who` gives (from the proxy's data folder).
-    pub fn start_with(monitor: &Monitor, upstream_ca: &str, who: impl FnOnce(&Path) -> Vec<String>) -> Self {
+    pub fn start_with(
+        monitor: &Monitor,
+        upstream_ca: &str,
+        listen: &str,
+        who: impl FnOnce(&Path) -> Vec<String>,
+    ) -> Self {
         let data = tempfile::tempdir().unwrap();
         let upstream = data.path().join("upstream-ca.pem");
         std::fs::write(&upstream, upstream_ca).unwrap();
@@ -167,7 +172,7 @@ impl Proxy {
         }
         let stderr = data.path().join("proxy.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_warden-proxy"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(who(data.path()))
             .arg("--data")
             .arg(data.path().join("proxy"))
