@@ -220,7 +220,26 @@ async fn connection(shared: Arc<Shared>, stream: Box<dyn Stream>, peer: String, 
     }
 }
 
+/// A 431 when the request's head (target and headers) is over the limit.
+/// hyper bounds what it buffers while parsing (a few hundred KiB); this is
+/// the proxy's own, smaller bound.
+fn head_too_large(request: &Request<Incoming>, max: usize) -> Option<Response<Body>> {
+    let size = request.uri().to_string().len()
+        + request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
+    (size > max).then(|| {
+        answer(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "ERROR",
+            &[],
+            &[format!("the request's head is {size} bytes; the limit is {max}")],
+        )
+    })
+}
+
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    if let Some(refused) = head_too_large(&request, shared.max_head_bytes) {
+        return refused;
+    }
     let client = match shared.clients.identify(request.headers()) {
         Ok(client) => client,
         Err(why) => {
@@ -346,6 +365,9 @@ async fn tunnel(
             let target = target.clone();
             let actor = actor.clone();
             async move {
+                if let Some(refused) = head_too_large(&request, shared.max_head_bytes) {
+                    return Ok(refused);
+                }
                 Ok::<_, hyper::Error>(match host_mismatch(&request, &target) {
                     Some(why) => answer(StatusCode::MISDIRECTED_REQUEST, "ERROR", &[], &[why]),
                     None => forward(&shared, &actor, request, &target).await,

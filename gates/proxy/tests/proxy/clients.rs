@@ -432,3 +432,15 @@ async fn the_proxy_listens_on_a_unix_socket() {
     assert!(answer.ends_with("upstream saw /hello with 0 body bytes"), "{answer}");
     assert_eq!(upstream.seen().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_head_is_refused() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (_monitor, upstream, proxy) = setup().await;
+    let big = format!("X-Big: {}", "a".repeat(100 * 1024));
+    let got = curl(&proxy, &format!("http://localhost:{}/hello", upstream.port()), &["-H", &big]).await;
+    assert_eq!(got.status, 431, "{}", got.headers);
+    assert_eq!(upstream.connections(), 0);
+}
