@@ -244,16 +244,19 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         Ok(client) => client,
         Err(why) => {
             let mut response = answer(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "ERROR", &[], &[why.to_string()]);
-            response
-                .headers_mut()
-                .insert(header::PROXY_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"warden-proxy\""));
+            let headers = response.headers_mut();
+            headers.insert(header::PROXY_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"warden-proxy\""));
+            // A stranger does not keep a connection (and a place) open.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             return response;
         }
     };
     // A place of the client's, for the tunnel's life or this request's.
     let Some(slot) = client.slot() else {
         let why = format!("this sandbox has {} tunnels and requests open already", client.max_connections());
-        return answer(StatusCode::TOO_MANY_REQUESTS, "ERROR", &[], &[why]);
+        let mut response = answer(StatusCode::TOO_MANY_REQUESTS, "ERROR", &[], &[why]);
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
     };
     let actor = client.actor.clone();
     if request.method() == Method::CONNECT {
@@ -351,9 +354,14 @@ async fn tunnel(
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(Pinned { host: target.host.clone(), leaf }));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tls = match tokio_rustls::TlsAcceptor::from(Arc::new(config)).accept(io).await {
-        Ok(tls) => tls,
-        Err(e) => {
+    let handshake = tokio_rustls::TlsAcceptor::from(Arc::new(config)).accept(io);
+    let tls = match tokio::time::timeout(shared.header_timeout, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Err(_) => {
+            tracing::debug!(host = %target.host, "TLS from the client did not finish in time");
+            return;
+        }
+        Ok(Err(e)) => {
             tracing::debug!(host = %target.host, error = %e, "TLS from the client failed");
             return;
         }
@@ -437,20 +445,69 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Decides the request and, if allowed, sends it upstream with its
 /// secrets put in.
+/// Why a request target would mean one thing to the monitor and another to
+/// the upstream, if it would: the monitor decides on the URL in normal
+/// form (dot segments removed), and servers differ in what they decode or
+/// collapse (`%2f`, `//`, `..;`). Such a target is refused, not guessed at.
+fn ambiguous_target(url: &str) -> Option<String> {
+    let parsed = match url::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return Some(format!("`{url}` is not a URL: {e}")),
+    };
+    let raw_path = url.split_once("://").and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..])).unwrap_or("/");
+    let raw_path = raw_path.split(['?', '#']).next().unwrap_or("/");
+    let lower = raw_path.to_ascii_lowercase();
+    if parsed.path() != raw_path {
+        return Some(format!("the path `{raw_path}` is not in normal form (`{}`)", parsed.path()));
+    }
+    if ["%2f", "%5c", "%2e", "%00"].iter().any(|encoded| lower.contains(encoded)) {
+        return Some(format!("the path `{raw_path}` encodes a `/`, `\\`, `.` or NUL"));
+    }
+    if raw_path.contains("//")
+        || raw_path.split('/').any(|segment| segment.starts_with(".;") || segment.starts_with("..;"))
+    {
+        return Some(format!("the path `{raw_path}` has an empty or dot segment"));
+    }
+    None
+}
+
+/// A secret's value as the upstream's answer might carry it back, for
+/// redaction.
+const REDACTED: &str = "[redacted by warden-proxy]";
+
+/// Decides the request and, if allowed, sends it upstream with its
+/// secrets put in.
 async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, target: &Target) -> Response<Body> {
     let path = request.uri().path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
     let url = target.url(path);
     let method = request.method().as_str().to_owned();
+    if let Some(why) = ambiguous_target(&url) {
+        return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &[format!("{why}: refused, nothing was sent")]);
+    }
+    // A read carries no data out: the decision on a GET is about a read.
+    if matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE)
+        && !hyper::body::Body::is_end_stream(request.body())
+    {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "ERROR",
+            &[],
+            &[format!(
+                "a {method} with a body is refused: {method} is decided as a read, and a body would carry data out"
+            )],
+        );
+    }
     if let Err(e) = shared.warden.check(actor, ActionRequest::http(&method, &url)).await {
         tracing::info!(%method, %url, "refused");
         return refusal(&e);
     }
 
-    // The secrets its headers name, each allowed for this destination.
+    // The secrets its headers name, each allowed for this destination and
+    // this header.
     let (mut parts, body) = request.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let mut names = Vec::new();
-    for value in parts.headers.values() {
+    let mut asked: Vec<(String, String)> = Vec::new();
+    for (name, value) in &parts.headers {
         let Ok(text) = value.to_str() else {
             if value.as_bytes().windows(secrets::PREFIX.len()).any(|w| w == secrets::PREFIX.as_bytes()) {
                 return answer(
@@ -462,33 +519,40 @@ async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, tar
             }
             continue;
         };
-        for name in secrets::names(text) {
-            if !names.iter().any(|n: &String| n == name) {
-                names.push(name.to_owned());
+        for secret in secrets::names(text) {
+            let pair = (secret.to_owned(), name.as_str().to_owned());
+            if !asked.contains(&pair) {
+                asked.push(pair);
             }
         }
     }
-    for name in &names {
-        let context = json!({ "destination": target.host }).to_string();
-        let asked = ActionRequest::use_secret(name).context_json(context);
-        if let Err(e) = shared.warden.check(actor, asked).await {
-            tracing::info!(secret = %name, host = %target.host, "secret refused");
+    let scheme = if target.https { "https" } else { "http" };
+    for (secret, header) in &asked {
+        let context =
+            json!({ "destination": target.host, "header": header, "scheme": scheme, "port": target.port }).to_string();
+        let request = ActionRequest::use_secret(secret).context_json(context);
+        if let Err(e) = shared.warden.check(actor, request).await {
+            tracing::info!(%secret, host = %target.host, %header, "secret refused");
             return refusal(&e);
         }
-        if shared.secrets.get(name).is_none() {
+        if shared.secrets.get(secret).is_none() {
             return answer(
                 StatusCode::FORBIDDEN,
                 "ERROR",
                 &[],
-                &[format!("the proxy holds no secret named `{name}`: nothing was sent")],
+                &[format!("the proxy holds no secret named `{secret}`: nothing was sent")],
             );
         }
     }
-    if !names.is_empty() {
+    let mut sent_values: Vec<&str> = Vec::new();
+    if !asked.is_empty() {
         for value in parts.headers.values_mut() {
             let Ok(text) = value.to_str() else { continue };
             if !text.contains(secrets::PREFIX) {
                 continue;
+            }
+            for secret in secrets::names(text) {
+                sent_values.extend(shared.secrets.get(secret));
             }
             let replaced = secrets::substitute(text, |name| shared.secrets.get(name));
             match replaced.and_then(|text| HeaderValue::from_str(&text).ok()) {
@@ -520,6 +584,16 @@ async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, tar
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            // An upstream that echoes a header back must not hand the agent
+            // the value it was never to hold.
+            for value in parts.headers.values_mut() {
+                if sent_values
+                    .iter()
+                    .any(|secret| value.as_bytes().windows(secret.len()).any(|w| w == secret.as_bytes()))
+                {
+                    *value = HeaderValue::from_static(REDACTED);
+                }
+            }
             Response::from_parts(parts, body.boxed())
         }
         Ok(Err(e)) => {

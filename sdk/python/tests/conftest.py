@@ -74,13 +74,16 @@ class Wardend:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "WARDEN_LOG": "warn"},
+            env={**os.environ, "WARDEN_LOG": os.environ.get("WARDEN_TEST_LOG", "warn")},
         )
         lines: queue.Queue[str] = queue.Queue()
+        log = (self.data.parent / f"{self.data.name}.log").open("a")
 
-        def read(stream):  # keeps the pipe drained for the process's life
+        def read(stream):  # keeps the pipe drained for the process's life, into the log
             for line in stream:
                 lines.put(line)
+                log.write(line)
+                log.flush()
 
         threading.Thread(target=read, args=(self.process.stdout,), daemon=True).start()
         output = []

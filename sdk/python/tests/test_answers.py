@@ -27,7 +27,10 @@ class Fake(authority_pb2_grpc.AuthorityServicer):
         return self.authorize(request)
 
     def AwaitDecision(self, request: pb.AwaitDecisionRequest, context: Any) -> pb.Decision:
-        return self.await_decision(request)
+        try:
+            return self.await_decision(request)
+        except _Unavailable:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
 
 
 @pytest.fixture
@@ -100,3 +103,33 @@ def test_the_token_is_not_in_a_repr() -> None:
 
     settings = _connection.resolve("http://127.0.0.1:1", "wdn_s3cr3t", None, None, None, None)
     assert "s3cr3t" not in repr(settings)
+
+
+def test_after_a_lost_connection_the_wait_stays_on_its_approval(fake) -> None:
+    # The monitor restarts with other policies while check() waits: asked
+    # afresh, the request would get a new approval with a new deadline. The
+    # wait asks about the approval it was given, never Authorize again.
+    servicer, client = fake
+    asked: list[str] = []
+    awaited: list[str] = []
+
+    def authorize(request: pb.AuthorizeRequest) -> pb.Decision:
+        asked.append(request.request_id)
+        return pending(request, approval="apr-first" if len(asked) == 1 else "apr-second")
+
+    def await_decision(request: pb.AwaitDecisionRequest, context: Any = None) -> pb.Decision:
+        awaited.append(request.approval_id)
+        if len(awaited) == 1:
+            raise _Unavailable()
+        return pb.Decision(request_id=asked[0], outcome=pb.ALLOW, approval_id="apr-first", resolved_by="oncall")
+
+    servicer.authorize = authorize
+    servicer.await_decision = await_decision
+    decision = client.check(ACTOR, warden.run(["git", "push"]))
+    assert decision.allowed and decision.approval_id == "apr-first"
+    assert len(asked) == 1, "asked Authorize again while waiting"
+    assert awaited == ["apr-first", "apr-first"]
+
+
+class _Unavailable(Exception):
+    """Raised by the fake to make its handler answer UNAVAILABLE."""

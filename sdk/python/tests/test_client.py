@@ -4,7 +4,6 @@ cover, for ``Client`` and ``AsyncClient`` both (``flavour``)."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import threading
 import time
@@ -17,7 +16,7 @@ import grpc
 import pytest
 
 import warden
-from conftest import BUNDLED, Approver, Wardend, policy_dir
+from conftest import Approver, Wardend, policy_dir
 
 ALICE = warden.Actor("alice", "python-harness", "py-session-1")
 PUSH = ["git", "push", "origin", "main"]
@@ -168,10 +167,8 @@ def test_silence_denies_at_the_deadline(own_wardend, tmp_path: Path, connect) ->
     assert expired.value.decision.outcome is warden.Outcome.DENY
 
 
-def test_waiting_survives_a_monitor_restart(own_wardend, tmp_path: Path, connect) -> None:
-    policies = tmp_path / "policies"
-    shutil.copytree(BUNDLED, policies)
-    monitor = own_wardend(policies)
+def test_waiting_survives_a_monitor_restart(own_wardend, connect) -> None:
+    monitor = own_wardend()
     client = harness(monitor, connect)
     request_id = warden.new_request_id()
     waiting = in_background(lambda: client.check(ALICE, warden.run(PUSH), request_id=request_id))
@@ -180,11 +177,9 @@ def test_waiting_survives_a_monitor_restart(own_wardend, tmp_path: Path, connect
     person.close()
     # A crash while the harness waits; the same monitor comes back on the
     # same port and data, and the approver answers there.
+    # (The kill may come before check() has its first answer: then it asks
+    # again with the same request id and gets the same approval.)
     monitor.kill()
-    # Changed while it was down: a request asked afresh would be decided
-    # afresh, with a new approval. The wait stays on the one asked.
-    with (policies / "files.cedar").open("a") as f:
-        f.write("\n// edited while the monitor was down\n")
     monitor.start()
     assert not waiting.done(), f"check returned while the monitor was down: {waiting.result()}"
     person = monitor.approver()

@@ -444,3 +444,32 @@ async fn an_oversized_request_head_is_refused() {
     assert_eq!(got.status, 431, "{}", got.headers);
     assert_eq!(upstream.connections(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_would_mean_more_than_was_decided_is_refused() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (_monitor, upstream, proxy) = setup().await;
+    let port = upstream.port();
+    // A path the monitor would read in normal form and a server might not:
+    // `/private/..` is `/` to the monitor, and `//`, `%2f`, `..;` are
+    // whatever the server makes of them.
+    for path in ["/private/../a", "//private/x", "/public/..%2fprivate/x", "/x/..;/private/x"] {
+        let got = curl(&proxy, &format!("https://127.0.0.1:{port}{path}"), &["--path-as-is"]).await;
+        assert_eq!(got.status, 400, "{path}: {}", got.body);
+        assert!(got.body.contains("nothing was sent"), "{}", got.body);
+    }
+    // A GET is decided as a read: with a body it would carry data out.
+    let got = curl(&proxy, &format!("https://localhost:{port}/search"), &["-X", "GET", "--data", "exfiltrated"]).await;
+    assert_eq!(got.status, 400, "{}", got.body);
+    assert_eq!(upstream.seen().len(), 0, "a refused request reached the upstream");
+
+    // An upstream that echoes the secret back: the agent sees it redacted.
+    let got =
+        curl(&proxy, &format!("https://localhost:{port}/echo"), &["-H", "Authorization: warden-secret:api-key"]).await;
+    assert_eq!(got.status, 200, "{}", got.headers);
+    assert_eq!(upstream.seen()[0].header("authorization"), Some(SECRET), "the upstream got the value");
+    assert!(!got.headers.contains(SECRET), "{}", got.headers);
+    assert!(got.headers.to_ascii_lowercase().contains("x-echo: [redacted by warden-proxy]"), "{}", got.headers);
+}

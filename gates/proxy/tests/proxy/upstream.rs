@@ -138,7 +138,16 @@ async fn answer(
         return Ok(Response::new(StreamBody::new(frames).boxed()));
     }
     let text = format!("upstream saw {path} with {body_bytes} body bytes");
-    Ok(Response::new(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed()))
+    let mut response = Response::new(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed());
+    // `/echo`: the request's Authorization comes back in a header, as a
+    // careless (or hostile) server would send it.
+    if path == "/echo" {
+        let seen = seen.lock().unwrap();
+        if let Some(value) = seen.last().and_then(|s| s.header("authorization")) {
+            response.headers_mut().insert("x-echo", http::HeaderValue::from_str(value).unwrap());
+        }
+    }
+    Ok(response)
 }
 
 impl Upstream {
