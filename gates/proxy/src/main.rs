@@ -57,6 +57,10 @@ struct Flags {
     /// Seconds an upstream may take to start answering.
     #[arg(long, default_value_t = 60)]
     upstream_timeout: u64,
+    /// Seconds a client may take to send a request's head, finish a TLS
+    /// handshake, or leave a kept-alive connection idle.
+    #[arg(long, default_value_t = 30)]
+    idle_timeout: u64,
 }
 
 #[derive(Subcommand)]
@@ -126,6 +130,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     }
     settings.max_connections = flags.max_connections;
     settings.upstream_timeout = std::time::Duration::from_secs(flags.upstream_timeout.max(1));
+    settings.header_timeout = std::time::Duration::from_secs(flags.idle_timeout.max(1));
     let ca = Authority::load_or_create(&flags.data)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

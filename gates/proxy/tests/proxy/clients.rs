@@ -473,3 +473,62 @@ async fn what_would_mean_more_than_was_decided_is_refused() {
     assert!(!got.headers.contains(SECRET), "{}", got.headers);
     assert!(got.headers.to_ascii_lowercase().contains("x-echo: [redacted by warden-proxy]"), "{}", got.headers);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_gets_its_places_and_an_idle_client_is_let_go() {
+    use sha2::Digest as _;
+    use tokio::io::AsyncReadExt as _;
+    let monitor = Monitor::start().await;
+    let upstream = Upstream::start().await;
+    let token = "token-of-one";
+    let proxy = tokio::task::block_in_place(|| {
+        Proxy::start_with(&monitor, &upstream.ca_pem, "127.0.0.1:0", |dir| {
+            let file = dir.join("clients.toml");
+            let hash = hex::encode(sha2::Sha256::digest(token.as_bytes()));
+            std::fs::write(
+                &file,
+                format!(
+                    "[[clients]]\ntoken_sha256 = \"{hash}\"\nuser = \"alice\"\nsession = \"one\"\nmax_connections = 1\n"
+                ),
+            )
+            .unwrap();
+            ["--clients", &file.display().to_string(), "--idle-timeout", "1"].map(String::from).to_vec()
+        })
+    });
+    let port = upstream.port();
+    let connect = |authorization: &str| {
+        format!(
+            "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\nProxy-Authorization: Bearer {authorization}\r\n\r\n"
+        )
+    };
+    // One tunnel open takes the sandbox's one place: a second is a 429.
+    let mut first = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+    let open = exchange_head(&mut first, &connect(token)).await;
+    assert!(open.starts_with("HTTP/1.1 200"), "{open}");
+    let mut second = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+    let refused = exchange_head(&mut second, &connect(token)).await;
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    // The first tunnel never starts TLS: after the idle timeout the proxy
+    // closes it (end of stream), and its place is free again.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), first.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "an idle tunnel was kept open");
+    let mut third = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+    let reopened = exchange_head(&mut third, &connect(token)).await;
+    assert!(reopened.starts_with("HTTP/1.1 200"), "{reopened}");
+}
+
+/// Writes `request` and reads the answer's head.
+async fn exchange_head(stream: &mut tokio::net::TcpStream, request: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
