@@ -71,6 +71,8 @@ async fn connection(port: u16, proxy: Option<&str>, config: Arc<rustls::ClientCo
 
 async fn get(sender: &mut Sender, port: u16, path: &str) -> u64 {
     let request = http::Request::get(path).header("host", format!("localhost:{port}")).body(Empty::new()).unwrap();
+    // The connection is ready again once the last answer's body is done.
+    sender.ready().await.unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     let mut body = response.into_body();
