@@ -107,12 +107,17 @@ impl Health {
 
 /// Every service behind its role's authentication, plus health (no token)
 /// and reflection.
+/// The gRPC services behind the layer that counts their requests.
+pub(crate) type Router = tonic::transport::server::Router<
+    tower::layer::util::Stack<crate::metrics::GrpcLayer, tower::layer::util::Identity>,
+>;
+
 pub(crate) async fn router(
     monitor: &Arc<Monitor>,
     credentials: &Arc<Credentials>,
     tls: Option<&crate::config::TlsPem>,
     uids: Option<Arc<std::collections::HashSet<u32>>>,
-) -> Result<(tonic::transport::server::Router, Health), String> {
+) -> Result<(Router, Health), String> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
     reporter.set_serving::<pb::approvals_server::ApprovalsServer<ApprovalsService>>().await;
@@ -138,7 +143,8 @@ pub(crate) async fn router(
             .max_decoding_message_size(MAX_MESSAGE_BYTES),
         guard(Role::Admin),
     );
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder =
+        tonic::transport::Server::builder().layer(crate::metrics::GrpcLayer(Arc::clone(&monitor.metrics)));
     if let Some(tls) = tls {
         use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let mut config = ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert, &tls.key));

@@ -20,6 +20,7 @@ pub(crate) mod entities;
 pub mod grants;
 pub mod grpc;
 pub(crate) mod index;
+pub(crate) mod metrics;
 pub(crate) mod model;
 pub mod normalize;
 pub mod policy;

@@ -65,6 +65,10 @@ struct Flags {
     /// a configured certificate (cert_sha256) identifies an approver or admin
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus metrics (text format, GET /metrics) on this address,
+    /// a listener of its own (never the gRPC port) [default: off]
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// mimalloc keeps freed memory for a purge delay (1 s) before it gives it
@@ -145,7 +149,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(settings, tls, flags.socket))
+    runtime.block_on(serve(settings, tls, flags.socket, flags.metrics))
 }
 
 fn init_logging(format: LogFormat) {
@@ -158,7 +162,12 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(settings: Settings, tls: Option<TlsPem>, flags_socket: Option<PathBuf>) -> anyhow::Result<()> {
+async fn serve(
+    settings: Settings,
+    tls: Option<TlsPem>,
+    flags_socket: Option<PathBuf>,
+    metrics: Option<String>,
+) -> anyhow::Result<()> {
     let setup = load_or_create_credentials(&settings.data, &settings.credentials)?;
     if !setup.created_tokens.is_empty() {
         println!("First start: created one token per role (mode 0600):");
@@ -212,6 +221,13 @@ async fn serve(settings: Settings, tls: Option<TlsPem>, flags_socket: Option<Pat
         settings.policies.display(),
         settings.data.display()
     );
+    if let Some(address) = metrics {
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .with_context(|| format!("cannot serve metrics on {address}"))?;
+        println!("wardend metrics on http://{}/metrics", listener.local_addr()?);
+        server.serve_metrics(listener);
+    }
     server.join().await?;
     Ok(())
 }

@@ -112,9 +112,19 @@ pub struct RunningServer {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServerError>>,
+    /// The metrics in Prometheus's text format, read now.
+    scrape: Arc<dyn Fn() -> String + Send + Sync>,
+    shutdown: Shutdown,
 }
 
 impl RunningServer {
+    /// Serves the metrics (`GET /metrics`, Prometheus text format) on a
+    /// listener of their own until the server stops.
+    pub fn serve_metrics(&self, listener: TcpListener) -> JoinHandle<()> {
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(crate::metrics::serve(listener, Arc::clone(&self.scrape), async move { shutdown.stopped().await }))
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -210,6 +220,14 @@ pub async fn start_with_signal(
     // A change in the policy folder is loaded within a second.
     let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
         .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
+    let scrape: Arc<dyn Fn() -> String + Send + Sync> = {
+        let (monitor, data) = (Arc::downgrade(&monitor), config.data.clone());
+        Arc::new(move || match monitor.upgrade() {
+            Some(monitor) => monitor.metrics_text(&data),
+            None => String::new(),
+        })
+    };
+    let shutdown = monitor.shutdown();
     drop(monitor);
 
     let addr = listener.local_addr().map_err(|e| ServerError::Task(format!("listener address: {e}")))?;
@@ -248,7 +266,7 @@ pub async fn start_with_signal(
         tracing::info!("stopped; the store is flushed");
         Ok(())
     });
-    Ok(RunningServer { addr, stop: None, task })
+    Ok(RunningServer { addr, stop: None, task, scrape, shutdown })
 }
 
 /// How often the sweeper looks for approvals and grants past their deadline.

@@ -232,6 +232,9 @@ impl Monitor {
                 if let Some((grant, policy)) = grant {
                     write(&self.grants).insert(grant, policy);
                 }
+                let waited_ns = approval.resolved_unix_ns.unwrap_or_default().saturating_sub(approval.created_unix_ns);
+                let waited = std::time::Duration::from_nanos(u64::try_from(waited_ns).unwrap_or(0));
+                self.metrics.resolved(approval.state.as_str(), waited);
                 Ok(*approval)
             }
             Committed::NotPending(current) => Err(not_pending(&current)),

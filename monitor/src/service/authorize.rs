@@ -8,6 +8,17 @@ impl Monitor {
     /// decision back (or, when it waited for approval, how that ended)
     /// without a second record.
     pub(crate) async fn authorize(&self, caller: &Caller, input: RequestInput) -> Result<DecisionRecord, CallError> {
+        let started = std::time::Instant::now();
+        let action = input.action.clone();
+        let decided = self.authorize_counted(caller, input).await;
+        if let Ok(decision) = &decided {
+            // Only a decided action is a label: bad input never makes one.
+            self.metrics.decided(decision.outcome.as_str(), &action, started.elapsed());
+        }
+        decided
+    }
+
+    async fn authorize_counted(&self, caller: &Caller, input: RequestInput) -> Result<DecisionRecord, CallError> {
         if !caller.may_act_for(&input.actor.user) {
             return Err(CallError::PermissionDenied(format!(
                 "credential `{}` may not act for user `{}`",

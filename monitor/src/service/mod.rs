@@ -284,6 +284,8 @@ pub(crate) struct Checkpoints {
 
 /// The monitor's state shared by every call.
 pub(crate) struct Monitor {
+    /// What it counts, for `--metrics`.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     limiter: crate::ratelimit::Limiter,
     checkpoints: Option<Checkpoints>,
     status: RwLock<PolicyStatusView>,
@@ -322,6 +324,7 @@ impl Monitor {
         let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
         Ok(Self {
+            metrics: Arc::new(crate::metrics::Metrics::new()),
             limiter: crate::ratelimit::Limiter::default(),
             checkpoints: None,
             status: RwLock::new(status),
@@ -401,6 +404,7 @@ impl Monitor {
                     };
                     self.store.commit(Commit::record(entry)).await?;
                 }
+                self.metrics.rate_limited.inc();
                 return Err(CallError::RateLimited { message, retry_after: limited.retry_after });
             }
         }
@@ -488,6 +492,13 @@ impl Monitor {
     }
 
     /// The shutdown signal.
+    /// The metrics as Prometheus text, with the approvals pending and the
+    /// bytes of the data folder read now.
+    pub(crate) fn metrics_text(&self, data: &std::path::Path) -> String {
+        let pending = self.store.pending().map_or(0, |pending| pending.len());
+        self.metrics.render(pending, crate::metrics::bytes_under(data))
+    }
+
     pub(crate) fn shutdown(&self) -> Shutdown {
         self.shutdown.clone()
     }

@@ -59,6 +59,7 @@ impl Monitor {
                 if changed {
                     tracing::info!(policy_version = %status.version, policies = status.policies, "policies reloaded");
                 }
+                self.metrics.reloaded(if changed { "loaded" } else { "unchanged" });
                 Ok((true, status))
             }
             Err(error) => {
@@ -80,6 +81,7 @@ impl Monitor {
                     status.clone()
                 };
                 tracing::warn!(error = %message, policy_version = %previous.version, "policy reload failed; the last good policies keep serving");
+                self.metrics.reloaded("failed");
                 Ok((false, status))
             }
         }

@@ -23,8 +23,13 @@ struct Wardend {
 
 impl Wardend {
     fn start(data: &Path, policies: &Path) -> Self {
+        Self::start_with(data, policies, &[])
+    }
+
+    fn start_with(data: &Path, policies: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wardend"))
             .env_remove("MIMALLOC_PURGE_DELAY")
+            .args(extra)
             .args(["--listen", "127.0.0.1:0", "--data"])
             .arg(data)
             .arg("--policies")
@@ -164,7 +169,7 @@ fn json_logs_are_one_object_per_line() {
 fn help_documents_every_flag() {
     let output = Command::new(env!("CARGO_BIN_EXE_wardend")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&output.stdout);
-    for flag in ["--listen", "--policies", "--data", "--config", "--log-format"] {
+    for flag in ["--listen", "--policies", "--data", "--config", "--log-format", "--metrics"] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }
@@ -182,4 +187,77 @@ fn plaintext_beyond_loopback_is_refused_and_says_why() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not a loopback address") && stderr.contains("--insecure-plaintext"), "{stderr}");
+}
+
+/// `curl -s -w '\n%{http_code}' URL`: the body and the status.
+fn curl(url: &str) -> (String, u16) {
+    let output = Command::new("curl").args(["-s", "--max-time", "20", "-w", "\n%{http_code}", url]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (body.to_owned(), status.trim().parse().unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_scraped_on_their_own_listener() {
+    if Command::new("curl").arg("--version").stdout(Stdio::null()).status().is_err() {
+        assert!(std::env::var_os("WARDEN_REQUIRE_NPM").is_none(), "WARDEN_REQUIRE_NPM is set but curl is missing");
+        println!("skipped: curl is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut wardend = Wardend::start_with(dir.path(), &policies(), &["--metrics", "127.0.0.1:0"]);
+    let endpoint = wardend.endpoint();
+    let metrics = loop {
+        let line = wardend.lines.recv_timeout(Duration::from_secs(60)).expect("wardend printed its metrics address");
+        if let Some(rest) = line.strip_prefix("wardend metrics on ") {
+            break rest.trim().to_owned();
+        }
+    };
+    let token = std::fs::read_to_string(dir.path().join("harness.token")).unwrap();
+    let channel = tonic::transport::Channel::from_shared(endpoint.clone()).unwrap().connect().await.unwrap();
+    let client = Client::with_channel(channel, BearerToken::new(&token).unwrap());
+    let alice = Actor::new("alice", "claude-code", "metrics-1");
+    let allowed = client.authorize(&alice, ActionRequest::read_file("/home/alice/project/README.md")).await.unwrap();
+    let denied = client.authorize(&alice, ActionRequest::read_file("/etc/shadow")).await.unwrap();
+    let pending = client.authorize(&alice, ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
+    assert_eq!((allowed.outcome, denied.outcome, pending.outcome), (Outcome::Allow, Outcome::Deny, Outcome::Pending));
+    let stranger = Client::with_channel(
+        tonic::transport::Channel::from_shared(endpoint.clone()).unwrap().connect().await.unwrap(),
+        BearerToken::new("wdn_not_a_token").unwrap(),
+    );
+    assert!(stranger.authorize(&alice, ActionRequest::read_file("/x")).await.is_err());
+
+    let (text, status) = tokio::task::spawn_blocking({
+        let metrics = metrics.clone();
+        move || curl(&metrics)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+    for line in [
+        "warden_decisions_total{outcome=\"ALLOW\",action=\"fs.read\"} 1",
+        "warden_decisions_total{outcome=\"DENY\",action=\"fs.read\"} 1",
+        "warden_decisions_total{outcome=\"PENDING\",action=\"exec\"} 1",
+        "warden_decision_seconds_count 3",
+        "warden_approvals_pending 1",
+        // Three answered, one refused for its token (UNAUTHENTICATED, 16).
+        "warden_grpc_requests_total{method=\"/warden.v1.Authority/Authorize\",code=\"0\"} 3",
+        "warden_grpc_requests_total{method=\"/warden.v1.Authority/Authorize\",code=\"16\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+    let bytes: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("warden_data_bytes "))
+        .and_then(|v| v.parse().ok())
+        .expect("warden_data_bytes");
+    assert!(bytes > 0);
+    // Only /metrics, and never on the gRPC port.
+    let other = metrics.replace("/metrics", "/other");
+    let grpc = format!("{endpoint}/metrics");
+    let ((_, other_status), (grpc_text, _)) =
+        tokio::task::spawn_blocking(move || (curl(&other), curl(&grpc))).await.unwrap();
+    assert_eq!(other_status, 404);
+    assert!(!grpc_text.contains("warden_decisions_total"));
+    assert!(wardend.terminate().success());
 }
