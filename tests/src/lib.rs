@@ -2,10 +2,12 @@
 //!
 //! - [`model_server`]: `ScriptedModel`, a scripted Anthropic Messages API on loopback.
 //! - [`claude_code`]: finding the real Claude Code CLI and running it against a `ScriptedModel`, no network.
+//! - [`monitor`]: a real monitor deciding by a policy text of a test's own.
 //! - [`wait`]: `eventually`, the one way tests wait for an event.
 
 #![deny(missing_docs)]
 
 pub mod claude_code;
 pub mod model_server;
+pub mod monitor;
 pub mod wait;

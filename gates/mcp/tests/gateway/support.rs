@@ -9,8 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use warden_monitor::auth::{CredentialConfig, Role};
-use warden_monitor::server::{RunningServer, ServerConfig, start};
-use warden_monitor::service::MonitorConfig;
+use warden_monitor::server::RunningServer;
 use warden_proto::v1 as pb;
 use warden_sdk::BearerToken;
 
@@ -55,10 +54,6 @@ forbid (principal, action == Action::"tool.call", resource)
 when { resource.name == "echo" && resource.arguments like "*secret*" };
 "#;
 
-fn bundled(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies").join(file)
-}
-
 /// A monitor with the bundled schema and entities and `policies` as its
 /// only policy file.
 pub struct Monitor {
@@ -70,33 +65,16 @@ pub struct Monitor {
 
 impl Monitor {
     pub async fn start(policies: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for file in ["schema.cedarschema", "entities.json"] {
-            std::fs::copy(bundled(file), dir.path().join(file)).expect("copy bundled file");
-        }
-        std::fs::write(dir.path().join("test.cedar"), policies).expect("write policies");
-        let data = tempfile::tempdir().expect("temp dir");
-        let config = ServerConfig {
-            policies: dir.path().to_owned(),
-            data: data.path().to_owned(),
-            credentials: vec![
-                CredentialConfig::for_token("mcp-gateway", Role::Harness, HARNESS, &["*"]),
-                CredentialConfig {
-                    groups: vec!["*".into()],
-                    ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
-                },
-                CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
-            ],
-            durability: Default::default(),
-            checkpoint_every: Duration::from_secs(300),
-            tls: None,
-            socket: None,
-            monitor: MonitorConfig { policy_dir: dir.path().to_owned(), ..MonitorConfig::default() },
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let server = start(config, listener).await.expect("monitor starts");
-        let endpoint = format!("http://{}", server.addr());
-        Self { server: Some(server), endpoint, policies: dir, _data: data }
+        let credentials = vec![
+            CredentialConfig::for_token("mcp-gateway", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig {
+                groups: vec!["*".into()],
+                ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
+            },
+            CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
+        ];
+        let own = warden_tests::monitor::start_with_policies(policies, credentials).await.expect("monitor starts");
+        Self { server: Some(own.server), endpoint: own.endpoint, policies: own.policies, _data: own.data }
     }
 
     pub async fn approvals(

@@ -4,11 +4,9 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use warden_monitor::auth::{CredentialConfig, Role};
-use warden_monitor::server::{RunningServer, ServerConfig, start};
-use warden_monitor::service::MonitorConfig;
+use warden_monitor::server::RunningServer;
 use warden_proto::v1 as pb;
 use warden_sdk::BearerToken;
 use warden_tests::wait::eventually;
@@ -43,10 +41,6 @@ forbid (principal, action == Action::"secret.use", resource == Secret::"api-key"
 unless { context has destination && context.destination == "localhost" };
 "#;
 
-fn bundled(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies").join(file)
-}
-
 pub struct Monitor {
     server: Option<RunningServer>,
     pub endpoint: String,
@@ -56,33 +50,16 @@ pub struct Monitor {
 
 impl Monitor {
     pub async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        for file in ["schema.cedarschema", "entities.json"] {
-            std::fs::copy(bundled(file), dir.path().join(file)).unwrap();
-        }
-        std::fs::write(dir.path().join("test.cedar"), POLICIES).unwrap();
-        let data = tempfile::tempdir().unwrap();
-        let config = ServerConfig {
-            policies: dir.path().to_owned(),
-            data: data.path().to_owned(),
-            credentials: vec![
-                CredentialConfig::for_token("egress-proxy", Role::Harness, HARNESS, &["*"]),
-                CredentialConfig {
-                    groups: vec!["*".into()],
-                    ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
-                },
-                CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
-            ],
-            durability: Default::default(),
-            checkpoint_every: Duration::from_secs(300),
-            tls: None,
-            socket: None,
-            monitor: MonitorConfig { policy_dir: dir.path().to_owned(), ..MonitorConfig::default() },
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = start(config, listener).await.unwrap();
-        let endpoint = format!("http://{}", server.addr());
-        Self { server: Some(server), endpoint, _policies: dir, data }
+        let credentials = vec![
+            CredentialConfig::for_token("egress-proxy", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig {
+                groups: vec!["*".into()],
+                ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
+            },
+            CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
+        ];
+        let own = warden_tests::monitor::start_with_policies(POLICIES, credentials).await.unwrap();
+        Self { server: Some(own.server), endpoint: own.endpoint, _policies: own.policies, data: own.data }
     }
 
     pub async fn stop(&mut self) {
