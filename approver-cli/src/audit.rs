@@ -54,8 +54,12 @@ pub(crate) async fn audit_verify(
                 _ => None,
             };
             let first_bad = (!r.ok).then(|| (r.first_bad_seq, r.error.clone()));
-            let report =
-                VerifyReport { records: r.records, head: Head { seq: r.head_seq, hash: r.head_hash }, first_bad };
+            let report = VerifyReport {
+                records: r.records,
+                head: Head { seq: r.head_seq, hash: r.head_hash },
+                first_bad,
+                base: Head::genesis(),
+            };
             (report, r.checkpoint.map(|c| c.public_key), hash_at)
         }
     };
@@ -97,7 +101,8 @@ pub(crate) async fn audit_tail(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut admin = connection.admin().await?;
-    let mut stream = admin.tail_audit(pb::TailAuditRequest { count, all, follow }).await?.into_inner();
+    let request = pb::TailAuditRequest { count, all, follow, ..Default::default() };
+    let mut stream = admin.tail_audit(request).await?.into_inner();
     while let Some(record) = stream.next().await {
         let record = record?;
         if json {
@@ -107,6 +112,157 @@ pub(crate) async fn audit_tail(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where an export starts or ends: a record's seq, or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    Seq(u64),
+    UnixNs(i64),
+}
+
+pub(crate) fn parse_bound(text: &str, flag: &str) -> anyhow::Result<Bound> {
+    if let Ok(seq) = text.parse::<u64>() {
+        return Ok(Bound::Seq(seq));
+    }
+    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).map_err(|_| {
+        anyhow::anyhow!("{flag} `{text}` is neither a sequence number nor an RFC 3339 time (2026-12-01T09:00:00Z)")
+    })?;
+    Ok(Bound::UnixNs(i64::try_from(time.unix_timestamp_nanos()).unwrap_or(i64::MAX)))
+}
+
+impl Bound {
+    /// Whether `seq` at `unix_ns` is past this bound (as an end).
+    fn passed(self, seq: u64, unix_ns: i64) -> bool {
+        match self {
+            Bound::Seq(last) => seq > last,
+            Bound::UnixNs(last) => unix_ns > last,
+        }
+    }
+}
+
+/// `wardenctl audit export`: JSON lines, online (TailAudit from the start)
+/// or offline (the stopped store's log), the same schema either way.
+pub(crate) async fn audit_export(
+    connection: &Connection,
+    since: &str,
+    until: Option<&str>,
+    follow: bool,
+    data: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+    let since = parse_bound(since, "--since")?;
+    let until = until.map(|u| parse_bound(u, "--until")).transpose()?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    // A follower's lines are written as they come.
+    let mut write = |value: serde_json::Value, now: bool| -> anyhow::Result<()> {
+        writeln!(out, "{value}").context("writing to standard output")?;
+        if now {
+            out.flush().context("writing to standard output")?;
+        }
+        Ok(())
+    };
+    match data {
+        Some(data) => {
+            let store = warden_monitor::verify::open_stopped(&data).map_err(|e| anyhow::anyhow!(e))?;
+            let from = match since {
+                Bound::Seq(seq) => seq,
+                Bound::UnixNs(t) => store.seq_at_time(t)?,
+            };
+            for record in store.records(from) {
+                let record = export_json(serde_json::to_value(record?)?);
+                if until.is_some_and(|u| u.passed(seq_of(&record), time_of(&record))) {
+                    break;
+                }
+                write(record, false)?;
+            }
+        }
+        None => {
+            let mut admin = connection.admin().await?;
+            let request = match since {
+                Bound::Seq(seq) => pb::TailAuditRequest { from_seq: seq.max(1), follow, ..Default::default() },
+                Bound::UnixNs(t) => pb::TailAuditRequest { since_unix_ns: t, follow, ..Default::default() },
+            };
+            let mut stream = admin.tail_audit(request).await?.into_inner();
+            while let Some(record) = stream.next().await {
+                let record = export_json(proto_value(&record?));
+                if until.is_some_and(|u| u.passed(seq_of(&record), time_of(&record))) {
+                    break;
+                }
+                write(record, follow)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn seq_of(record: &serde_json::Value) -> u64 {
+    record["seq"].as_u64().unwrap_or(0)
+}
+
+fn time_of(record: &serde_json::Value) -> i64 {
+    record["time_unix_ns"].as_i64().unwrap_or(0)
+}
+
+/// A record from the monitor in the stored record's shape.
+fn proto_value(record: &pb::AuditRecord) -> serde_json::Value {
+    let time_unix_ns =
+        record.time.as_ref().map_or(0, |t| t.seconds.saturating_mul(1_000_000_000).saturating_add(i64::from(t.nanos)));
+    let outcome = match pb::Outcome::try_from(record.outcome) {
+        Ok(pb::Outcome::Allow) => "ALLOW",
+        Ok(pb::Outcome::Deny) => "DENY",
+        Ok(pb::Outcome::Pending) => "PENDING",
+        _ => "",
+    };
+    let actor = record.actor.as_ref();
+    serde_json::json!({
+        "seq": record.seq,
+        "time_unix_ns": time_unix_ns,
+        "kind": record.kind,
+        "caller": record.caller,
+        "actor": {
+            "user": actor.map(|a| a.user.as_str()).unwrap_or_default(),
+            "agent": actor.map(|a| a.agent.as_str()).unwrap_or_default(),
+            "session": actor.map(|a| a.session.as_str()).unwrap_or_default(),
+        },
+        "action": record.action,
+        "resource": record.resource,
+        "request": record.request,
+        "outcome": outcome,
+        "policy_ids": record.policy_ids,
+        "reasons": record.reasons,
+        "policy_version": record.policy_version,
+        "request_id": record.request_id,
+        "approval_id": record.approval_id,
+        "prev_hash": record.prev_hash,
+        "hash": record.hash,
+    })
+}
+
+/// The export schema (README "Audit export"): the stored record's fields,
+/// with `time` (RFC 3339, UTC, nanoseconds) beside `time_unix_ns`, `actor`
+/// null when the record is not about a request, and `request` as the JSON
+/// object it holds (null when empty). Every field the hash covers is there,
+/// so a SIEM can recompute the chain.
+fn export_json(mut record: serde_json::Value) -> serde_json::Value {
+    let Some(object) = record.as_object_mut() else { return record };
+    let unix_ns = object.get("time_unix_ns").and_then(serde_json::Value::as_i64).unwrap_or(0);
+    let time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns))
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default();
+    object.insert("time".into(), time.into());
+    let no_actor = object.get("actor").and_then(|a| a.get("user")).and_then(serde_json::Value::as_str) == Some("");
+    if no_actor {
+        object.insert("actor".into(), serde_json::Value::Null);
+    }
+    let request = match object.get("request").and_then(serde_json::Value::as_str) {
+        Some("") | None => serde_json::Value::Null,
+        Some(text) => serde_json::from_str(text).unwrap_or_else(|_| text.into()),
+    };
+    object.insert("request".into(), request);
+    record
 }
 
 pub(crate) fn audit_line(record: &pb::AuditRecord) -> String {
@@ -130,22 +286,7 @@ pub(crate) fn audit_line(record: &pb::AuditRecord) -> String {
     approvals::safe(&line)
 }
 
+/// A record as `--json` prints it: the export schema (README "Audit export").
 pub(crate) fn audit_json(record: &pb::AuditRecord) -> serde_json::Value {
-    serde_json::json!({
-        "seq": record.seq,
-        "time": crate::format::timestamp_str(record.time.as_ref()),
-        "kind": record.kind,
-        "caller": record.caller,
-        "actor": record.actor.as_ref().map(|a| serde_json::json!({"user": a.user, "agent": a.agent, "session": a.session})),
-        "action": record.action,
-        "resource": record.resource,
-        "outcome": crate::format::proto_outcome_str(record.outcome),
-        "policy_ids": record.policy_ids,
-        "reasons": record.reasons,
-        "policy_version": record.policy_version,
-        "request_id": record.request_id,
-        "approval_id": record.approval_id,
-        "prev_hash": record.prev_hash,
-        "hash": record.hash,
-    })
+    export_json(proto_value(record))
 }

@@ -316,6 +316,25 @@ pub(crate) enum AuditCommand {
     /// it somewhere else, and check the log against it later with
     /// `audit verify --checkpoint FILE`.
     Checkpoint,
+    /// Write records as JSON lines, one object per record, for a SIEM
+    /// (schema in README "Audit export"), from the running monitor or from
+    /// a stopped monitor's data folder.
+    Export {
+        /// The first record: a sequence number, or an RFC 3339 time
+        /// (2026-12-01T09:00:00Z) for the first record at or after it
+        #[arg(long, value_name = "SEQ|TIME", default_value = "1")]
+        since: String,
+        /// The last record: a sequence number, or an RFC 3339 time
+        #[arg(long, value_name = "SEQ|TIME")]
+        until: Option<String>,
+        /// After the existing records, keep writing new ones (running
+        /// monitor only)
+        #[arg(long, conflicts_with = "data")]
+        follow: bool,
+        /// Read the store of a stopped monitor in this data folder
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
     /// Print the newest records.
     Tail {
         /// How many records

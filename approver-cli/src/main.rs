@@ -141,6 +141,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string(&checkpoint)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Audit(AuditCommand::Export { since, until, follow, data }) => {
+            audit::audit_export(&cli.connection, &since, until.as_deref(), follow, data).await
+        }
         Command::Audit(AuditCommand::Tail { count, all, follow }) => {
             audit_tail(&cli.connection, count, all, follow, cli.json).await
         }

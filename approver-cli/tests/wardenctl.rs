@@ -326,17 +326,13 @@ async fn a_saved_checkpoint_catches_a_truncated_or_rewritten_log() {
     // Rewrite the head: record 3 says DENY and is hashed again, so the bare
     // chain still verifies.
     {
-        let db = sled::open(&store).unwrap();
-        let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
-        for seq in [4u64, 5] {
-            tree.remove(seq.to_be_bytes()).unwrap();
-        }
-        let mut record =
-            warden_monitor::store::AuditRecord::from_bytes(&tree.get(3u64.to_be_bytes()).unwrap().unwrap()).unwrap();
+        let stopped = warden_monitor::store::StoppedStore::open(&store).unwrap();
+        let mut records: Vec<_> = stopped.records(1).collect::<Result<_, _>>().unwrap();
+        records.truncate(3);
+        let record = &mut records[2];
         record.outcome = "DENY".into();
         record.hash = record.compute_hash();
-        tree.insert(3u64.to_be_bytes(), record.to_bytes()).unwrap();
-        db.flush().unwrap();
+        stopped.rewrite(&records).unwrap();
     }
     let bare = offline(&[]).await;
     assert!(bare.status.success(), "a rewritten head passes a bare chain check: {}", stdout(&bare));
@@ -346,10 +342,9 @@ async fn a_saved_checkpoint_catches_a_truncated_or_rewritten_log() {
 
     // Cut off the newest records instead.
     {
-        let db = sled::open(&store).unwrap();
-        let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
-        tree.remove(3u64.to_be_bytes()).unwrap();
-        db.flush().unwrap();
+        let stopped = warden_monitor::store::StoppedStore::open(&store).unwrap();
+        let records: Vec<_> = stopped.records(1).take(2).collect::<Result<_, _>>().unwrap();
+        stopped.rewrite(&records).unwrap();
     }
     assert!(offline(&[]).await.status.success());
     let caught = offline(&["--checkpoint", saved.to_str().unwrap()]).await;
@@ -391,6 +386,7 @@ async fn an_admin_over_mutual_tls_needs_no_token() {
             client_ca: Some(ca.pem()),
         }),
         socket: None,
+        audit: Default::default(),
     };
     let server = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
     let endpoint = format!("https://{}", server.addr());
@@ -432,4 +428,88 @@ async fn approvals_list_shows_every_part_of_a_command() {
         "{text}"
     );
     server.stop().await.unwrap();
+}
+
+/// `audit export`: JSON lines in the documented schema, by seq and by time,
+/// from the running monitor and (the same lines) from the stopped store,
+/// and a follower that sees a new record as it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_export_writes_json_lines_online_offline_and_following() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    for n in 1..=4 {
+        let path = format!("/home/alice/project/{n}.rs");
+        wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", &path]].concat()).await;
+    }
+    let lines = |output: &Output| -> Vec<serde_json::Value> {
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        stdout(output).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let online = lines(&wardenctl(&endpoint, ADMIN, &["audit", "export", "--since", "2", "--until", "3"]).await);
+    assert_eq!(online.iter().map(|r| r["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 3]);
+    let record = &online[0];
+    for key in [
+        "seq",
+        "time",
+        "time_unix_ns",
+        "kind",
+        "caller",
+        "actor",
+        "action",
+        "resource",
+        "request",
+        "outcome",
+        "policy_ids",
+        "reasons",
+        "policy_version",
+        "request_id",
+        "approval_id",
+        "prev_hash",
+        "hash",
+    ] {
+        assert!(record.get(key).is_some(), "{key} missing from {record}");
+    }
+    assert_eq!(record["outcome"], "ALLOW");
+    assert_eq!(record["actor"]["user"], "alice");
+    assert_eq!(record["request"]["resource"]["File"]["path"], "/home/alice/project/2.rs", "{record}");
+    assert_eq!(online[1]["prev_hash"], record["hash"]);
+    // By time: from the third record's time on.
+    let time = online[1]["time"].as_str().unwrap().to_owned();
+    let by_time = lines(&wardenctl(&endpoint, ADMIN, &["audit", "export", "--since", &time]).await);
+    assert_eq!(by_time.first().unwrap()["seq"], 3);
+    let all = lines(&wardenctl(&endpoint, ADMIN, &["audit", "export"]).await);
+    assert_eq!(all.len(), 4);
+
+    // A follower gets a record written after it started.
+    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_wardenctl"))
+        .args(["--endpoint", &endpoint, "audit", "export", "--since", "5", "--follow"])
+        .env("WARDEN_TOKEN", ADMIN)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = follower.stdout.take().unwrap();
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
+        line
+    });
+    wardenctl(&endpoint, HARNESS, &[&ALICE[..], &["fs.read", "/home/alice/project/5.rs"]].concat()).await;
+    let line = tokio::time::timeout(std::time::Duration::from_secs(20), reader).await.unwrap().unwrap();
+    let followed: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(followed["seq"], 5);
+    assert_eq!(followed["request"]["resource"]["File"]["path"], "/home/alice/project/5.rs");
+    let _ = follower.kill();
+    let _ = follower.wait();
+    server.stop().await.unwrap();
+
+    // Offline, the same lines.
+    let data_dir = data.path().to_str().unwrap();
+    let offline = lines(&wardenctl("http://127.0.0.1:1", "", &["audit", "export", "--data", data_dir]).await);
+    let online_all: Vec<serde_json::Value> = all.into_iter().chain([followed]).collect();
+    assert_eq!(offline, online_all);
+    let bad =
+        wardenctl("http://127.0.0.1:1", "", &["audit", "export", "--data", data_dir, "--since", "yesterday"]).await;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a sequence number nor an RFC 3339 time"));
 }

@@ -127,6 +127,7 @@ fn end_to_end(calls: usize) {
             checkpoint_every: Duration::from_secs(300),
             tls: None,
             socket: None,
+            audit: Default::default(),
             monitor: MonitorConfig { policy_dir: policies, ..MonitorConfig::default() },
         };
         let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();

@@ -123,6 +123,35 @@ pub fn check_log(checkpoint: &Checkpoint, report: &VerifyReport, hash_at: Option
     }
 }
 
+/// A log that no longer starts at record 1 (retention took its oldest
+/// segments) proves its continuity only through a checkpoint, signed by
+/// `public_key`, of the record just before the oldest left: without one,
+/// `report` names the first missing record as bad. `log` is the monitor's
+/// `checkpoints.jsonl`.
+pub fn check_base(report: &mut VerifyReport, log: &Path, public_key: Option<&str>) {
+    if report.base.seq == 0 {
+        return;
+    }
+    let base = &report.base;
+    let vouched = std::fs::read_to_string(log).ok().is_some_and(|text| {
+        text.lines().filter_map(|line| serde_json::from_str::<Checkpoint>(line).ok()).any(|c| {
+            c.seq == base.seq
+                && c.hash == base.hash
+                && public_key.is_some_and(|key| key == c.public_key)
+                && verify_signature(&c).is_ok()
+        })
+    });
+    if !vouched {
+        let why = format!(
+            "the log starts after record {}, and no checkpoint signed by this monitor's key vouches for that record: \
+             records were removed",
+            base.seq
+        );
+        report.first_bad = Some((1, why));
+        report.head = Head::genesis();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

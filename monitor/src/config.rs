@@ -23,7 +23,7 @@ pub const CREDENTIALS_FILE: &str = "credentials.toml";
 /// The checkpoint signing key in the data folder (outside the store).
 pub(crate) const CHECKPOINT_KEY_FILE: &str = "checkpoint.key";
 /// Signed checkpoints, one JSON line each, in the data folder.
-pub(crate) const CHECKPOINT_LOG_FILE: &str = "checkpoints.jsonl";
+pub const CHECKPOINT_LOG_FILE: &str = "checkpoints.jsonl";
 /// The sled store's folder in the data folder.
 pub const STORE_DIR: &str = "store";
 
@@ -113,7 +113,106 @@ pub struct FileConfig {
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub(crate) credentials: Vec<CredentialConfig>,
+    /// `[audit]`: retention of the audit log.
+    #[serde(default)]
+    pub(crate) audit: AuditFile,
 }
+
+/// The `[audit]` table.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuditFile {
+    /// Sealed segments whose newest record is older than this many days
+    /// leave the live store.
+    pub(crate) retain_days: Option<u32>,
+    /// The oldest sealed segments leave the live store while it holds more
+    /// than this (bytes, or a size such as `"20GiB"`).
+    pub(crate) retain_bytes: Option<ByteSize>,
+    /// Where segments that leave go (default: deleted).
+    pub(crate) archive_dir: Option<PathBuf>,
+    /// A segment is sealed at this size (default 16 MiB, at least 64 KiB).
+    pub(crate) segment_bytes: Option<ByteSize>,
+}
+
+/// A size: a number of bytes, or text such as `512MiB`, `20GB`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ByteSize {
+    /// Bytes.
+    Bytes(u64),
+    /// With a unit.
+    Text(#[serde(with = "byte_size_text")] u64),
+}
+
+impl ByteSize {
+    fn bytes(self) -> u64 {
+        match self {
+            ByteSize::Bytes(n) | ByteSize::Text(n) => n,
+        }
+    }
+}
+
+mod byte_size_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &u64, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_u64(*value)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<u64, D::Error> {
+        let text = String::deserialize(input)?;
+        super::parse_size(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `123`, `64KiB`, `512MB`, `20GiB`, `1TB` (KB = 1000, KiB = 1024).
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("`{text}` is not a size (say e.g. 512MiB or 20GB)"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "GiB" => 1 << 30,
+        "TB" => 1_000_000_000_000,
+        "TiB" => 1 << 40,
+        other => return Err(format!("unknown unit `{other}` in `{text}` (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)")),
+    };
+    number.checked_mul(scale).ok_or_else(|| format!("`{text}` is too large"))
+}
+
+/// Retention and layout of the audit log (DESIGN.md "Audit").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Keep sealed segments whose newest record is at most this old.
+    pub retain_days: Option<u32>,
+    /// Keep at most this many bytes of segments (the oldest leave first).
+    pub retain_bytes: Option<u64>,
+    /// Move segments that leave here instead of deleting them.
+    pub archive_dir: Option<PathBuf>,
+    /// Seal a segment at this size.
+    pub segment_bytes: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { retain_days: None, retain_bytes: None, archive_dir: None, segment_bytes: DEFAULT_SEGMENT_BYTES }
+    }
+}
+
+impl AuditConfig {
+    /// Whether anything ever leaves the live store.
+    pub fn retains(&self) -> bool {
+        self.retain_days.is_some() || self.retain_bytes.is_some()
+    }
+}
+
+pub use crate::store::log::DEFAULT_SEGMENT_BYTES;
 
 impl FileConfig {
     /// Reads a configuration file.
@@ -160,6 +259,8 @@ pub struct Settings {
     pub socket_uids: Vec<u32>,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
+    /// `[audit]`.
+    pub audit: AuditConfig,
 }
 
 /// Values given on the command line; `None` leaves the file's or the default.
@@ -214,8 +315,33 @@ impl Settings {
             socket: file.socket,
             socket_uids: file.socket_uids,
             credentials: file.credentials,
+            audit: audit_config(file.audit)?,
         })
     }
+}
+
+fn audit_config(file: AuditFile) -> Result<AuditConfig, ConfigError> {
+    let segment_bytes = file.segment_bytes.map_or(DEFAULT_SEGMENT_BYTES, ByteSize::bytes);
+    if segment_bytes < crate::store::log::MIN_SEGMENT_BYTES {
+        return Err(ConfigError::Value { key: "audit.segment_bytes", message: "must be at least 64KiB".into() });
+    }
+    if file.retain_days == Some(0) {
+        return Err(ConfigError::Value { key: "audit.retain_days", message: "must be at least 1".into() });
+    }
+    let retain_bytes = file.retain_bytes.map(ByteSize::bytes);
+    if retain_bytes.is_some_and(|bytes| bytes < 2 * segment_bytes) {
+        return Err(ConfigError::Value {
+            key: "audit.retain_bytes",
+            message: format!("must be at least two segments ({} bytes)", 2 * segment_bytes),
+        });
+    }
+    if file.archive_dir.is_some() && file.retain_days.is_none() && retain_bytes.is_none() {
+        return Err(ConfigError::Value {
+            key: "audit.archive_dir",
+            message: "is used only with retain_days or retain_bytes".into(),
+        });
+    }
+    Ok(AuditConfig { retain_days: file.retain_days, retain_bytes, archive_dir: file.archive_dir, segment_bytes })
 }
 
 fn positive_duration(key: &'static str, text: Option<String>, default: Duration) -> Result<Duration, ConfigError> {

@@ -280,8 +280,15 @@ impl pb::admin_server::Admin for AdminService {
         let count = if message.count == 0 { DEFAULT_TAIL } else { message.count };
         // Subscribe before reading, so that nothing falls between the two.
         let mut live = self.monitor.store().durable_updates();
-        let mut next = self.monitor.audit_start(u64::from(count), message.all)?;
+        let next = if message.from_seq > 0 {
+            message.from_seq
+        } else if message.since_unix_ns != 0 {
+            self.monitor.store().seq_at_time(message.since_unix_ns).map_err(CallError::from)?
+        } else {
+            self.monitor.audit_start(u64::from(count), message.all)?
+        };
         let store = self.monitor.store().clone();
+        let mut cursor = store.audit_cursor(next);
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let follow = message.follow;
         let mut shutdown = self.monitor.shutdown();
@@ -290,7 +297,7 @@ impl pb::admin_server::Admin for AdminService {
             // only say that there is more to read.
             loop {
                 loop {
-                    let page = match store.audit_from(next, TAIL_PAGE) {
+                    let page = match store.audit_page(&mut cursor, TAIL_PAGE) {
                         Ok(page) => page,
                         Err(e) => {
                             let _ = tx.send(Err(Status::from(CallError::from(e)))).await;
@@ -301,7 +308,6 @@ impl pb::admin_server::Admin for AdminService {
                         break;
                     }
                     for record in page {
-                        next = record.seq + 1;
                         if tx.send(Ok(audit_to_proto(record))).await.is_err() {
                             return;
                         }
@@ -854,6 +860,7 @@ fn audit_to_proto(record: AuditRecord) -> pb::AuditRecord {
         policy_version: record.policy_version,
         request_id: record.request_id,
         approval_id: record.approval_id,
+        request: record.request,
         prev_hash: record.prev_hash,
         hash: record.hash,
     }

@@ -189,6 +189,7 @@ async fn serve(
         credentials: setup.credentials,
         durability: settings.durability,
         checkpoint_every: settings.checkpoint_interval,
+        audit: settings.audit.clone(),
         tls,
         socket: match flags_socket.or(settings.socket.clone()) {
             Some(path) => {

@@ -6,8 +6,9 @@
 //! latency (`service::authorize`), approvals resolved by state and how long
 //! they waited (`service::approvals`), policy reloads by result, rate-limited
 //! requests, and every gRPC request by method and status (a tower layer in
-//! `grpc::router`). Read at each scrape: approvals pending, the data
-//! folder's bytes.
+//! `grpc::router`), the audit log's commit times (the store's histogram).
+//! Read at each scrape: approvals pending, the data folder's bytes, the
+//! audit log's segments and bytes, records written but not yet durable.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -56,6 +57,9 @@ pub struct Metrics {
     pub(crate) grpc: Family<GrpcLabels, Counter>,
     pending: Gauge,
     store_bytes: Gauge,
+    durable_lag: Gauge,
+    log_bytes: Gauge,
+    log_segments: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -65,8 +69,20 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Self {
+    /// `append_seconds`: the store's own histogram of commit times.
+    pub(crate) fn new(append_seconds: Histogram) -> Self {
         let mut registry = Registry::with_prefix("warden");
+        registry.register(
+            "audit_append_seconds",
+            "Time from handing a record to the audit log's writer to its being durable, in seconds",
+            append_seconds,
+        );
+        let durable_lag = Gauge::default();
+        registry.register("audit_durable_lag_records", "Audit records written but not yet synced", durable_lag.clone());
+        let log_bytes = Gauge::default();
+        registry.register("audit_log_bytes", "Bytes of the audit log's live segments", log_bytes.clone());
+        let log_segments = Gauge::default();
+        registry.register("audit_log_segments", "Live segments of the audit log", log_segments.clone());
         let decisions = Family::<DecisionLabels, Counter>::default();
         registry.register("decisions", "Authorize decisions, by outcome and action", decisions.clone());
         // 50 µs to ~1.6 s.
@@ -100,7 +116,7 @@ impl Metrics {
         let store_bytes = Gauge::default();
         registry.register(
             "data_bytes",
-            "Bytes of the data folder on disk (store, write-ahead log, checkpoints)",
+            "Bytes of the data folder on disk (audit log, sled, checkpoints)",
             store_bytes.clone(),
         );
         Self {
@@ -114,6 +130,9 @@ impl Metrics {
             grpc,
             pending,
             store_bytes,
+            durable_lag,
+            log_bytes,
+            log_segments,
         }
     }
 
@@ -135,15 +154,29 @@ impl Metrics {
     }
 
     /// The text format, with the gauges read now.
-    pub(crate) fn render(&self, pending: usize, store_bytes: u64) -> String {
-        self.pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
-        self.store_bytes.set(i64::try_from(store_bytes).unwrap_or(i64::MAX));
+    pub(crate) fn render(&self, now: &Gauges) -> String {
+        let set = |gauge: &Gauge, value: u64| gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        set(&self.pending, now.pending);
+        set(&self.store_bytes, now.data_bytes);
+        set(&self.durable_lag, now.durable_lag);
+        set(&self.log_bytes, now.log_bytes);
+        set(&self.log_segments, now.log_segments);
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
             text.clear();
         }
         text
     }
+}
+
+/// What the gauges say at a scrape.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    pub(crate) pending: u64,
+    pub(crate) data_bytes: u64,
+    pub(crate) durable_lag: u64,
+    pub(crate) log_bytes: u64,
+    pub(crate) log_segments: u64,
 }
 
 /// The bytes of the files under `dir`.

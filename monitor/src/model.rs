@@ -47,6 +47,13 @@ pub struct AuditRecord {
     pub hash: String,
 }
 
+impl AuditRecord {
+    /// Its position in the log.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
 /// What a caller wants recorded; the writer adds seq and hashes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct AuditEntry {

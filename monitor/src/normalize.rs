@@ -293,8 +293,15 @@ impl NormalizedRequest {
             Resource::Command { argv, line, args, words, .. } => {
                 *argv = crate::redact::text(argv);
                 *line = crate::redact::text(line);
-                *args = args.iter().map(|arg| crate::redact::text(arg)).collect();
-                *words = crate::redact::argv(words);
+                // Redacted as a command line, so that a `--token VALUE`
+                // pair loses its value here too, not only in `words`.
+                let shown_words = crate::redact::argv(words);
+                *args = if words.is_empty() {
+                    args.iter().map(|arg| crate::redact::text(arg)).collect()
+                } else {
+                    shown_words.iter().skip(1).cloned().collect()
+                };
+                *words = shown_words;
             }
             Resource::Url { url, path, .. } => {
                 *url = crate::redact::text(url);

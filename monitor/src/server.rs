@@ -75,6 +75,8 @@ pub struct ServerConfig {
     pub tls: Option<TlsPem>,
     /// A Unix socket for local approvers and admins, if any.
     pub socket: Option<UnixSocket>,
+    /// Retention and layout of the audit log.
+    pub audit: crate::config::AuditConfig,
 }
 
 /// A Unix-socket listener whose peers are admitted by uid (SO_PEERCRED),
@@ -103,6 +105,7 @@ impl ServerConfig {
             checkpoint_every: std::time::Duration::from_secs(300),
             tls: None,
             socket: None,
+            audit: crate::config::AuditConfig::default(),
         }
     }
 }
@@ -171,8 +174,9 @@ pub async fn start_with_signal(
     }
     let credentials = Arc::new(Credentials::new(&config.credentials)?);
     let store_dir = config.data.join(STORE_DIR);
-    let (store, closer) = Store::open_with(&store_dir, config.durability)
+    let (store, closer) = Store::open_with(&store_dir, config.durability, config.audit.segment_bytes)
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
+    warn_if_disk_nearly_full(&store_dir, &config.audit);
     tracing::info!(
         policies = snapshot.len(),
         policy_version = %snapshot.version,
@@ -217,6 +221,7 @@ pub async fn start_with_signal(
     // Approvals past their deadline are denied even when nobody asks.
     let sweeper = tokio::spawn(sweep(Arc::clone(&monitor)));
     let signer = tokio::spawn(sign_checkpoints(Arc::clone(&monitor)));
+    let retainer = tokio::spawn(retain(Arc::clone(&monitor), config.audit.clone()));
     // A change in the policy folder is loaded within a second.
     let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
         .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
@@ -258,6 +263,7 @@ pub async fn start_with_signal(
         }
         let _ = sweeper.await;
         let _ = signer.await;
+        let _ = retainer.await;
         let _ = watcher.await;
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
@@ -286,6 +292,52 @@ async fn sweep(monitor: Arc<Monitor>) {
         let pruner = Arc::clone(&monitor);
         tokio::spawn(async move { pruner.prune_requests().await });
         monitor.sweep_once().await;
+    }
+}
+
+/// How often retention looks at the audit log's oldest segments.
+const RETAIN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Retention, until shutdown: [`Monitor::retain_once`] each time a segment
+/// is sealed, and every `RETAIN_EVERY` (for `retain_days`); nothing when
+/// `[audit]` keeps everything.
+async fn retain(monitor: Arc<Monitor>, audit: crate::config::AuditConfig) {
+    if !audit.retains() {
+        return;
+    }
+    let mut shutdown = monitor.shutdown();
+    let mut failing = false;
+    loop {
+        match monitor.retain_once(&audit).await {
+            Ok(_) => failing = false,
+            // Said once until it works again, not every round.
+            Err(e) if !failing => {
+                tracing::error!(error = %e, "audit retention failed; the log keeps growing");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RETAIN_EVERY) => {}
+            () = monitor.store().segment_sealed() => {}
+            () = shutdown.stopped() => return,
+        }
+    }
+}
+
+/// Says so at start when the disk under the store has less than a tenth
+/// (or less than 1 GiB) free: a full disk stops every decision (the monitor
+/// fails closed), so the operator should know before.
+fn warn_if_disk_nearly_full(store_dir: &std::path::Path, audit: &crate::config::AuditConfig) {
+    let (Ok(free), Ok(total)) = (fs2::available_space(store_dir), fs2::total_space(store_dir)) else { return };
+    if free < total / 10 || free < 1 << 30 {
+        tracing::warn!(
+            free_bytes = free,
+            total_bytes = total,
+            retention = audit.retains(),
+            "the disk of the store is nearly full: when it is full every decision fails (closed); \
+             set [audit] retain_days or retain_bytes, or make room"
+        );
     }
 }
 

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use crate::checkpoint::CheckpointKey;
-use crate::config::{CHECKPOINT_KEY_FILE, STORE_DIR};
-use crate::store::{AuditRecord, VerifyReport, open_stopped, trees, verify_chain};
+use crate::config::{CHECKPOINT_KEY_FILE, CHECKPOINT_LOG_FILE, STORE_DIR};
+use crate::store::{StoppedStore, VerifyReport};
 
 /// What a stopped monitor's data folder says of its chain.
 #[derive(Debug, Clone)]
@@ -19,28 +19,33 @@ pub struct OfflineReport {
     pub hash_at: Option<String>,
 }
 
-/// Verifies the chain in `data` (a stopped monitor's data folder), and
-/// reads the hash stored at record `at_seq`. Read only: a missing key is
-/// not created.
-pub fn verify_offline(data: &Path, at_seq: Option<u64>) -> Result<OfflineReport, String> {
+/// Opens the store of a stopped monitor's data folder `data`.
+pub fn open_stopped(data: &Path) -> Result<StoppedStore, String> {
     let path = data.join(STORE_DIR);
     if !path.is_dir() {
         return Err(format!("{} holds no store", data.display()));
     }
-    let db = open_stopped(&path).map_err(|e| {
-        format!("cannot open {} (is the monitor still running? then verify without --data): {e}", path.display())
-    })?;
-    let tree = db.open_tree(trees::AUDIT).map_err(|e| e.to_string())?;
-    let report = verify_chain(tree.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))));
+    StoppedStore::open(&path).map_err(|e| {
+        format!(
+            "cannot open {} (is the monitor still running? then ask it instead of using --data): {e}",
+            path.display()
+        )
+    })
+}
+
+/// Verifies the chain in `data` (a stopped monitor's data folder), and
+/// reads the hash stored at record `at_seq`. Read only: a missing key is
+/// not created. A log whose oldest segments retention took must start
+/// after a record that a checkpoint signed by this monitor's key names.
+pub fn verify_offline(data: &Path, at_seq: Option<u64>) -> Result<OfflineReport, String> {
+    let store = open_stopped(data)?;
+    let mut report = store.verify();
     let key_path = data.join(CHECKPOINT_KEY_FILE);
     let public_key =
         if key_path.is_file() { Some(CheckpointKey::load_or_create(&key_path)?.public_hex()) } else { None };
+    crate::checkpoint::check_base(&mut report, &data.join(CHECKPOINT_LOG_FILE), public_key.as_deref());
     let hash_at = match at_seq {
-        Some(seq) => tree
-            .get(seq.to_be_bytes())
-            .map_err(|e| e.to_string())?
-            .and_then(|v| AuditRecord::from_bytes(&v).ok())
-            .map(|r| r.hash),
+        Some(seq) => store.hash_at(seq).map_err(|e| e.to_string())?,
         None => None,
     };
     Ok(OfflineReport { report, public_key, hash_at })

@@ -39,6 +39,7 @@ pub async fn start_with_policies(policies: &str, credentials: Vec<CredentialConf
         checkpoint_every: Duration::from_secs(300),
         tls: None,
         socket: None,
+        audit: Default::default(),
         monitor: MonitorConfig { policy_dir: dir.path().to_owned(), ..MonitorConfig::default() },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -84,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_every: Duration::from_secs(300),
         tls: None,
         socket: None,
+        audit: Default::default(),
         monitor: MonitorConfig { policy_dir: policies.path().to_owned(), ..MonitorConfig::default() },
     };
     let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await?).await?;

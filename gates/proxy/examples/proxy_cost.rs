@@ -116,6 +116,7 @@ async fn main() {
         checkpoint_every: Duration::from_secs(300),
         tls: None,
         socket: None,
+        audit: Default::default(),
         monitor: MonitorConfig { policy_dir: policies.path().to_owned(), ..MonitorConfig::default() },
     };
     let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();

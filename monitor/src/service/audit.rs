@@ -5,13 +5,17 @@ use super::*;
 impl Monitor {
     /// The first record to send for the newest `count`, or for all.
     pub(crate) fn audit_start(&self, count: u64, all: bool) -> Result<u64, CallError> {
-        let last = self.store.last_seq()?;
+        let last = self.store.durable_seq();
         Ok(if all { 1 } else { last.saturating_sub(count).saturating_add(1) })
     }
 
     /// Walks the audit chain; with a key, signs the verified head.
     pub(crate) fn verify_audit(&self) -> (VerifyReport, Option<crate::checkpoint::Checkpoint>) {
-        let report = self.store.verify();
+        let mut report = self.store.verify();
+        match &self.checkpoints {
+            Some(c) => crate::checkpoint::check_base(&mut report, &c.log, Some(&c.key.public_hex())),
+            None => crate::checkpoint::check_base(&mut report, std::path::Path::new(""), None),
+        }
         let checkpoint = self.checkpoints.as_ref().map(|c| c.key.sign(&report.head, unix_ns(self.now())));
         (report, checkpoint)
     }
@@ -55,6 +59,74 @@ impl Monitor {
                 last
             }
         }
+    }
+}
+
+impl Monitor {
+    /// Takes the oldest sealed segments of the audit log out of the live
+    /// store, as `[audit]` says: while the newest record of the oldest is
+    /// older than `retain_days`, or the log is larger than `retain_bytes`.
+    /// Each is first closed by a signed checkpoint of its last record (so
+    /// that what remains verifies from there), then archived or deleted,
+    /// then recorded (`audit.segment-removed`). Only segments that sled's
+    /// state no longer needs for a replay are taken. Returns how many.
+    pub(crate) async fn retain_once(&self, audit: &crate::config::AuditConfig) -> Result<usize, CallError> {
+        if !audit.retains() {
+            return Ok(0);
+        }
+        let Some(checkpoints) = &self.checkpoints else {
+            return Err(CallError::Store(StoreError::BatchFailed(
+                "audit retention needs the checkpoint key: nothing was removed".into(),
+            )));
+        };
+        let stats = self.store.log_stats()?;
+        let mut total: u64 = stats.segments.iter().map(|s| s.bytes).sum();
+        let mut removed = 0;
+        for pair in stats.segments.windows(2) {
+            let [segment, next] = pair else { break };
+            if next.first_seq > stats.replay_from {
+                break;
+            }
+            let path = segment.path.clone();
+            let end = tokio::task::spawn_blocking(move || crate::store::offline_segment_end(&path))
+                .await
+                .map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))??;
+            let Some((end, last_time)) = end else { break };
+            let now = unix_ns(self.now());
+            let too_old = audit.retain_days.is_some_and(|days| {
+                last_time < now.saturating_sub(i64::from(days).saturating_mul(86_400 * 1_000_000_000))
+            });
+            let too_big = audit.retain_bytes.is_some_and(|limit| total > limit);
+            if !too_old && !too_big {
+                break;
+            }
+            let checkpoint = checkpoints.key.sign(&end, now);
+            append_line(&checkpoints.log, &checkpoint).map_err(|e| CallError::Store(StoreError::BatchFailed(e)))?;
+            let (store, first, archive) = (self.store.clone(), segment.first_seq, audit.archive_dir.clone());
+            tokio::task::spawn_blocking(move || store.remove_segment(first, archive.as_deref()))
+                .await
+                .map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))??;
+            total = total.saturating_sub(segment.bytes);
+            removed += 1;
+            let whither = match &audit.archive_dir {
+                Some(dir) => format!("moved to {}", dir.display()),
+                None => "deleted".to_owned(),
+            };
+            let why = if too_old { "older than retain_days" } else { "over retain_bytes" };
+            tracing::info!(first, last = end.seq, bytes = segment.bytes, why, "audit segment {whither}");
+            let entry = AuditEntry {
+                time_unix_ns: now,
+                kind: "audit.segment-removed".into(),
+                caller: "wardend".into(),
+                reasons: vec![format!(
+                    "records {first} to {} ({} bytes, {why}) {whither}; checkpoint of record {} signed",
+                    end.seq, segment.bytes, end.seq
+                )],
+                ..AuditEntry::default()
+            };
+            self.store.commit(Commit::record(entry)).await?;
+        }
+        Ok(removed)
     }
 }
 

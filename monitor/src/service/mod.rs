@@ -324,7 +324,7 @@ impl Monitor {
         let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
         Ok(Self {
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics: Arc::new(crate::metrics::Metrics::new(store.append_seconds())),
             limiter: crate::ratelimit::Limiter::default(),
             checkpoints: None,
             status: RwLock::new(status),
@@ -495,8 +495,14 @@ impl Monitor {
     /// The metrics as Prometheus text, with the approvals pending and the
     /// bytes of the data folder read now.
     pub(crate) fn metrics_text(&self, data: &std::path::Path) -> String {
-        let pending = self.store.pending().map_or(0, |pending| pending.len());
-        self.metrics.render(pending, crate::metrics::bytes_under(data))
+        let stats = self.store.log_stats().ok();
+        self.metrics.render(&crate::metrics::Gauges {
+            pending: self.store.pending().map_or(0, |pending| pending.len() as u64),
+            data_bytes: crate::metrics::bytes_under(data),
+            durable_lag: self.store.durable_lag(),
+            log_bytes: stats.as_ref().map_or(0, |s| s.segments.iter().map(|s| s.bytes).sum()),
+            log_segments: stats.as_ref().map_or(0, |s| s.segments.len() as u64),
+        })
     }
 
     pub(crate) fn shutdown(&self) -> Shutdown {

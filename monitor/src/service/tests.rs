@@ -20,7 +20,9 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
         let snapshot = PolicySnapshot::load(&policies).unwrap();
-        let (store, closer) = Store::open_with(&dir.path().join("store"), Durability::Flush).unwrap();
+        let (store, closer) =
+            Store::open_with(&dir.path().join("store"), Durability::Flush, crate::store::log::DEFAULT_SEGMENT_BYTES)
+                .unwrap();
         let offset_ns = Arc::new(AtomicI64::new(0));
         let clock: Clock = {
             let offset_ns = Arc::clone(&offset_ns);

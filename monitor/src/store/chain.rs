@@ -71,6 +71,10 @@ pub struct VerifyReport {
     pub head: Head,
     /// The first record that does not verify, and why.
     pub first_bad: Option<(u64, String)>,
+    /// Where the chain starts: genesis, or after retention took the oldest
+    /// segments, the record before the oldest left (which a signed
+    /// checkpoint must vouch for, see `checkpoint::check_base`).
+    pub base: Head,
 }
 
 impl VerifyReport {
@@ -80,13 +84,15 @@ impl VerifyReport {
     }
 }
 
-/// Checks that records are numbered 1, 2, … without gaps, that each links to
-/// the previous one's hash, and that each hash matches its content. Pure, so
-/// that `wardenctl audit verify --data` can run it on a stopped monitor's store.
+/// Checks that records follow `base` numbered without gaps, that each links
+/// to the previous one's hash, and that each hash matches its content. Pure,
+/// so that `wardenctl audit verify --data` can run it on a stopped
+/// monitor's store.
 pub fn verify_chain<E: std::fmt::Display>(
-    records: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), E>>,
+    base: Head,
+    records: impl Iterator<Item = Result<AuditRecord, E>>,
 ) -> VerifyReport {
-    let mut head = Head::genesis();
+    let mut head = base.clone();
     let mut count = 0;
     for item in records {
         count += 1;
@@ -95,21 +101,14 @@ pub fn verify_chain<E: std::fmt::Display>(
             records: count,
             head: head.clone(),
             first_bad: Some((expected_seq, message)),
+            base: base.clone(),
         };
-        let (key, value) = match item {
-            Ok(pair) => pair,
+        let record = match item {
+            Ok(record) => record,
             Err(e) => return bad(format!("cannot read the record: {e}")),
         };
-        let record = match decode_record(&key, &value) {
-            Ok(record) => record,
-            Err(e) => return bad(e.to_string()),
-        };
-        let key_seq = seq_of_key(&key).unwrap_or(0);
-        if key_seq != expected_seq {
-            return bad(format!("record {key_seq} follows {}: a record is missing", head.seq));
-        }
-        if record.seq != key_seq {
-            return bad(format!("record stored at {key_seq} says it is {}", record.seq));
+        if record.seq != expected_seq {
+            return bad(format!("record {} follows {}: a record is missing", record.seq, head.seq));
         }
         if record.prev_hash != head.hash {
             return bad("does not link to the previous record's hash".into());
@@ -119,5 +118,53 @@ pub fn verify_chain<E: std::fmt::Display>(
         }
         head = Head { seq: record.seq, hash: record.hash };
     }
-    VerifyReport { records: count, head, first_bad: None }
+    VerifyReport { records: count, head, first_bad: None, base }
+}
+
+/// The records of a cursor up to a seq, one at a time.
+pub(crate) struct Records {
+    cursor: Cursor,
+    upto: u64,
+    page: std::collections::VecDeque<AuditRecord>,
+    failed: bool,
+}
+
+impl Records {
+    pub(crate) fn new(cursor: Cursor, upto: u64) -> Self {
+        Self { cursor, upto, page: Default::default(), failed: false }
+    }
+}
+
+impl Iterator for Records {
+    type Item = Result<AuditRecord, LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.page.is_empty() && !self.failed {
+            match self.cursor.next_page(self.upto, 4096) {
+                Ok(page) => self.page.extend(page),
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        self.page.pop_front().map(Ok)
+    }
+}
+
+/// Walks the log in `dir` up to record `upto`, from where it starts.
+pub(crate) fn verify_log(dir: &Path, upto: u64) -> VerifyReport {
+    let mut cursor = Cursor::new(dir, 1);
+    let base = match cursor.base_or_open() {
+        Ok(base) => base.unwrap_or_else(Head::genesis),
+        Err(e) => {
+            return VerifyReport {
+                records: 0,
+                head: Head::genesis(),
+                first_bad: Some((1, format!("cannot read the log: {e}"))),
+                base: Head::genesis(),
+            };
+        }
+    };
+    verify_chain(base, Records::new(cursor, upto))
 }

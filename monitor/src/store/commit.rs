@@ -147,7 +147,8 @@ pub struct Head {
 }
 
 impl Head {
-    pub(super) fn genesis() -> Self {
+    /// Before the first record: seq 0, a hash of zeros.
+    pub fn genesis() -> Self {
         Self { seq: 0, hash: "0".repeat(64) }
     }
 }

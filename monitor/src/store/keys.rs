@@ -9,7 +9,11 @@ pub(super) fn request_slot(unix_ns: i64) -> usize {
 
 #[derive(Clone)]
 pub(super) struct Trees {
+    /// The audit records of a store written before the audit log left
+    /// sled: read once, into the log, then emptied (see `recover`).
     pub(super) audit: sled::Tree,
+    /// What the store knows of the audit log (`REPLAY_FROM`).
+    pub(super) meta: sled::Tree,
     /// The idempotency slots, see [`REQUEST_SLOTS`].
     pub(super) requests: [sled::Tree; REQUEST_SLOTS],
     pub(super) approvals: sled::Tree,
@@ -49,6 +53,7 @@ impl Trees {
     pub(super) fn open(db: &sled::Db) -> Result<Self, StoreError> {
         Ok(Self {
             audit: db.open_tree(trees::AUDIT)?,
+            meta: db.open_tree(trees::META)?,
             requests: [
                 db.open_tree(trees::REQUESTS)?,
                 db.open_tree(trees::REQUESTS_1)?,
@@ -118,6 +123,22 @@ impl Trees {
         Ok(newest)
     }
 
+    /// The first seq of the oldest segment to replay on open (0: all).
+    pub(super) fn replay_from(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .meta
+            .get(trees::REPLAY_FROM)?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    /// Records that segments before `seq` need no replay: what sled holds
+    /// once its next flush is done includes every change they made.
+    pub(super) fn set_replay_from(&self, seq: u64) -> Result<(), StoreError> {
+        self.meta.insert(trees::REPLAY_FROM, &seq.to_be_bytes())?;
+        Ok(())
+    }
+
     pub(super) fn by_no(&self, no: u8) -> Option<&sled::Tree> {
         Some(match no {
             tree_no::AUDIT => &self.audit,
@@ -162,8 +183,15 @@ impl Trees {
 
 /// Names of the sled trees.
 pub mod trees {
-    /// seq (u64 big-endian) -> [`super::AuditRecord`] (binary, [`super::codec`]).
+    /// Where stores written before the audit log left sled kept it: seq
+    /// (u64 big-endian) -> [`super::AuditRecord`] (binary, [`super::codec`],
+    /// or JSON). Opening such a store moves it into the log.
     pub const AUDIT: &str = "audit";
+    /// `replay_from` -> u64 big-endian: the first seq of the oldest audit
+    /// log segment whose state changes sled's last flush may lack.
+    pub(crate) const META: &str = "meta";
+    /// The key in [`META`].
+    pub(crate) const REPLAY_FROM: &[u8] = b"replay_from";
     /// harness NUL request id -> [`super::Remembered`] (binary), for the
     /// decisions of one replay window in three (see `REQUEST_SLOTS`);
     /// `requests.1` and `requests.2` hold the other two.

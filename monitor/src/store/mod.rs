@@ -1,28 +1,31 @@
-//! The durable state in sled: the hash-chained audit log, decisions by
-//! idempotency key, and pending approvals.
+//! The durable state: the hash-chained audit log in segment files of its
+//! own (`log`), and in sled what is mutable and small: decisions by
+//! idempotency key, approvals, grants, locks, sessions.
 //!
 //! One writer task owns the chain head. Callers hand it a commit and wait;
-//! it takes every commit waiting at that moment, appends them to the
-//! write-ahead log (`wal`) as one frame, applies the frame to the
-//! sled trees in one transaction, and hands the batch to the sync thread,
-//! which fdatasyncs the log (group commit) and only then answers each. So
-//! nobody is told about a write that is not on disk, concurrent requests
+//! it takes every commit waiting at that moment, appends their records and
+//! state changes to the audit log as one frame, applies the state changes
+//! to the sled trees in memory, and hands the batch to the sync thread,
+//! which fdatasyncs the segment (group commit) and only then answers each.
+//! So nobody is told about a write that is not on disk, concurrent requests
 //! share one sync instead of paying one each, and the next batch is written
-//! while the previous one is being synced. sled itself is flushed only at
-//! checkpoints, when a log segment is full and on shutdown; opening the
-//! store applies whatever the log holds beyond that.
+//! while the previous one is being synced. sled itself is flushed only when
+//! a segment is sealed and on shutdown; opening the store applies again the
+//! state changes of the segments written since.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use self::codec::{CodecError, Decoder, Encoder, Record};
-use self::wal::{Op, Wal, WalError};
+use self::log::{Cursor, LogError, LogOp, LogWriter, Op};
+use self::wal::WalError;
 use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::Actor;
@@ -31,6 +34,8 @@ mod chain;
 pub mod codec;
 mod commit;
 mod keys;
+pub mod log;
+mod offline;
 mod records;
 mod recover;
 mod sync;
@@ -43,8 +48,9 @@ pub use self::chain::{VerifyReport, verify_chain};
 pub use self::commit::Head;
 pub(crate) use self::commit::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange};
 pub use self::keys::trees;
+pub(crate) use self::offline::segment_end as offline_segment_end;
+pub use self::offline::{LogStats, SegmentStat, StoppedStore};
 pub use self::records::Remembered;
-pub use self::recover::open_stopped;
 use self::{commit::*, keys::*, recover::*, sync::*, writer::*};
 pub use crate::model::*;
 
@@ -100,9 +106,12 @@ pub enum StoreError {
     /// The writer task is gone (the monitor is shutting down).
     #[error("store: the audit writer has stopped")]
     WriterGone,
-    /// The write-ahead log cannot be written or read back.
+    /// An earlier version's write-ahead log cannot be read back.
     #[error("store: {0}")]
     Wal(#[from] WalError),
+    /// The audit log cannot be written or read back.
+    #[error("store: {0}")]
+    Log(#[from] LogError),
 }
 
 /// The sled database and its writer.
@@ -111,6 +120,19 @@ pub(crate) struct Store {
     #[expect(dead_code, reason = "not read: the handle keeps the database open as long as a store lives")]
     db: sled::Db,
     trees: Trees,
+    /// The audit log's segments.
+    log_dir: PathBuf,
+    /// The newest durable record.
+    durable_head: Arc<Mutex<Head>>,
+    /// Segments before this seq are no longer needed to rebuild sled's
+    /// state (its flush is done): retention may take them.
+    replay_from: Arc<AtomicU64>,
+    /// Told each time a sealed segment's checkpoint is done.
+    sealed: Arc<tokio::sync::Notify>,
+    /// The newest record written (durable or not yet).
+    written: Arc<AtomicU64>,
+    /// How long commits take until they are durable, in seconds.
+    append_seconds: prometheus_client::metrics::histogram::Histogram,
     /// The replay window whose pruning was last done (see [`REQUEST_SLOTS`]).
     pruned_window: Arc<std::sync::atomic::AtomicI64>,
     /// Whether a pruning is under way.
@@ -152,21 +174,19 @@ impl Store {
     /// Opens (or creates) the store in `dir` with fsync durability.
     #[cfg(test)]
     pub(crate) fn open(dir: &Path) -> Result<(Self, StoreCloser), StoreError> {
-        Self::open_with(dir, Durability::Fsync)
+        Self::open_with(dir, Durability::Fsync, log::DEFAULT_SEGMENT_BYTES)
     }
 
     /// Opens (or creates) the store in `dir` and starts its writer. Must be
-    /// called inside a tokio runtime.
-    pub(crate) fn open_with(dir: &Path, durability: Durability) -> Result<(Self, StoreCloser), StoreError> {
-        let Recovered { db, trees, db_file, wal_dir } = recover(dir, durability)?;
-        let wal = Wal::create(&wal_dir, durability == Durability::Fsync)?;
-        let head = match trees.audit.last()? {
-            Some((key, value)) => {
-                let record = decode_record(&key, &value)?;
-                Head { seq: record.seq, hash: record.hash }
-            }
-            None => Head::genesis(),
-        };
+    /// called inside a tokio runtime. Segments of the audit log
+    /// are sealed at `segment_bytes`.
+    pub(crate) fn open_with(
+        dir: &Path,
+        durability: Durability,
+        segment_bytes: u64,
+    ) -> Result<(Self, StoreCloser), StoreError> {
+        let Recovered { db, trees, db_file, log_dir, head, replay_from } = recover(dir, durability)?;
+        let log = LogWriter::create(&log_dir, &head, durability == Durability::Fsync, None, segment_bytes)?;
         let (writer, rx) = mpsc::channel(4 * MAX_BATCH);
         // Each slot keeps its approval until it is overwritten: the
         // capacity bounds the memory held, and a watcher more than this far
@@ -175,31 +195,39 @@ impl Store {
         let (close, closing) = oneshot::channel();
         // What is on disk at open counts as durable.
         let (flushed_tx, flushed) = watch::channel(head.seq);
+        let durable_head = Arc::new(Mutex::new(head.clone()));
+        let replay_from = Arc::new(AtomicU64::new(replay_from));
+        let written = Arc::new(AtomicU64::new(head.seq));
+        let sealed = Arc::new(tokio::sync::Notify::new());
         let failed = Arc::new(OnceLock::new());
         let (to_sync, sync_rx) = mpsc::unbounded_channel();
         let (sync_done, sync_finished) = oneshot::channel();
         let sync = Arc::new(SyncLoop {
             fsync: durability == Durability::Fsync,
             flushed: flushed_tx,
+            durable_head: Arc::clone(&durable_head),
             approval_events: approval_events.clone(),
             failed: Arc::clone(&failed),
         });
         let answer_now = (durability == Durability::Flush).then(|| Arc::clone(&sync));
         std::thread::Builder::new()
-            .name("warden-wal-sync".into())
+            .name("warden-log-sync".into())
             .spawn(move || {
                 sync.run(sync_rx);
                 let _ = sync_done.send(());
             })
-            .map_err(|e| StoreError::Wal(WalError::Io { path: wal_dir.clone(), source: e }))?;
+            .map_err(|e| StoreError::Log(LogError::Io { path: log_dir.clone(), source: e }))?;
         let task = tokio::spawn(
             WriteLoop {
                 db: db.clone(),
                 trees: trees.clone(),
-                spare: Some(prepare_spare(&wal)),
-                wal,
+                spare: Some(prepare_spare(&log)),
+                log,
                 db_file,
                 checkpoint: None,
+                replay_from: Arc::clone(&replay_from),
+                written: Arc::clone(&written),
+                sealed: Arc::clone(&sealed),
                 to_sync: Some(to_sync),
                 answer_now,
                 sync_finished,
@@ -210,6 +238,15 @@ impl Store {
         let store = Self {
             db,
             trees,
+            log_dir,
+            durable_head,
+            replay_from,
+            sealed,
+            written,
+            // 50 µs to ~1.6 s.
+            append_seconds: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.0, 16),
+            ),
             pruned_window: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
             pruning: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             flushed,
@@ -222,9 +259,28 @@ impl Store {
     /// Appends a record with its state, if its guard holds, and returns once
     /// it is flushed.
     pub(crate) async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
+        let started = std::time::Instant::now();
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        let committed = answer.await.map_err(|_| StoreError::WriterGone)?;
+        self.append_seconds.observe(started.elapsed().as_secs_f64());
+        committed
+    }
+
+    /// Resolves once a segment is sealed and sled's flush after it done
+    /// (when retention may have something to take).
+    pub(crate) async fn segment_sealed(&self) {
+        self.sealed.notified().await;
+    }
+
+    /// The histogram of [`Store::commit`]'s times, for the metrics.
+    pub(crate) fn append_seconds(&self) -> prometheus_client::metrics::histogram::Histogram {
+        self.append_seconds.clone()
+    }
+
+    /// Records written but not yet durable.
+    pub(crate) fn durable_lag(&self) -> u64 {
+        self.written.load(Ordering::Acquire).saturating_sub(self.durable_seq())
     }
 
     /// Waits until the record `seq` is flushed. Whatever is read from the
@@ -374,38 +430,54 @@ impl Store {
         Ok(out)
     }
 
-    /// Durable audit records from `from_seq` on, at most `limit` (records
+    /// A cursor over the audit log from `from_seq` on (records gone to
+    /// retention are skipped: the first one read says where the log starts).
+    pub(crate) fn audit_cursor(&self, from_seq: u64) -> Cursor {
+        Cursor::new(&self.log_dir, from_seq)
+    }
+
+    /// The next durable records of `cursor`, at most `limit` (records
     /// written but not yet synced are left for the next read).
+    pub(crate) fn audit_page(&self, cursor: &mut Cursor, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(cursor.next_page(self.durable_seq(), limit)?)
+    }
+
+    /// Durable audit records from `from_seq` on, at most `limit`.
     pub(crate) fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
-        let durable = self.durable_seq();
-        if from_seq > durable {
-            return Ok(Vec::new());
-        }
-        self.trees
-            .audit
-            .range(from_seq.to_be_bytes()..=durable.to_be_bytes())
-            .take(limit)
-            .map(|item| {
-                let (key, value) = item?;
-                decode_record(&key, &value)
-            })
-            .collect()
+        self.audit_page(&mut self.audit_cursor(from_seq), limit)
+    }
+
+    /// The first durable record at or after `unix_ns` (by the records'
+    /// times), or the seq after the newest when there is none.
+    pub(crate) fn seq_at_time(&self, unix_ns: i64) -> Result<u64, StoreError> {
+        Ok(log::seq_at_time(&self.log_dir, unix_ns, self.durable_seq())?)
     }
 
     /// The stored hash of record `seq`.
     pub(crate) fn hash_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
-        match self.trees.audit.get(seq.to_be_bytes())? {
-            Some(value) => Ok(Some(decode_record(&seq.to_be_bytes(), &value)?.hash)),
-            None => Ok(None),
+        let head = self.durable_head();
+        if head.seq == seq {
+            return Ok(Some(head.hash));
         }
+        Ok(self.audit_from(seq, 1)?.into_iter().find(|r| r.seq == seq).map(|r| r.hash))
     }
 
-    /// The newest record's seq, 0 when the log is empty.
-    pub(crate) fn last_seq(&self) -> Result<u64, StoreError> {
-        Ok(match self.trees.audit.last()? {
-            Some((key, _)) => seq_of_key(&key).unwrap_or(0),
-            None => 0,
-        })
+    /// The newest durable record (genesis when the log is empty).
+    pub(crate) fn durable_head(&self) -> Head {
+        self.durable_head.lock().map(|h| h.clone()).unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// The audit log's segments, oldest first, and the seq before which
+    /// they are no longer needed to rebuild sled's state.
+    pub(crate) fn log_stats(&self) -> Result<LogStats, StoreError> {
+        offline::stats(&self.log_dir, self.replay_from.load(Ordering::Acquire))
+    }
+
+    /// Takes the sealed segment that starts at `first_seq` out of the live
+    /// log: moved into `archive` when given, else deleted. Only a segment
+    /// wholly before [`LogStats::replay_from`] and older than the newest.
+    pub(crate) fn remove_segment(&self, first_seq: u64, archive: Option<&Path>) -> Result<(), StoreError> {
+        offline::remove_segment(&self.log_dir, first_seq, self.replay_from.load(Ordering::Acquire), archive)
     }
 
     /// The durable watermark ([`Store::durable_seq`]), to follow the log:
@@ -431,9 +503,6 @@ impl Store {
     /// Walks the chain up to the newest durable record (a signed head must
     /// not name a record a power loss could still take back).
     pub(crate) fn verify(&self) -> VerifyReport {
-        let durable = self.durable_seq();
-        verify_chain(
-            self.trees.audit.range(..=durable.to_be_bytes()).map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
-        )
+        chain::verify_log(&self.log_dir, self.durable_seq())
     }
 }

@@ -1,6 +1,14 @@
-//! Opening a store: sled, then every frame still in the write-ahead log applied on top.
+//! Opening a store: sled, then an earlier version's write-ahead log and
+//! sled-kept audit records carried over, then the state changes of the
+//! audit log's newest segments applied on top.
 
 use super::*;
+
+/// The audit log's folder in the store folder.
+pub(super) const LOG_DIR: &str = "audit";
+/// Where an earlier version's audit records are written before the folder
+/// takes [`LOG_DIR`]'s name.
+const MIGRATING_DIR: &str = "audit.migrating";
 
 /// What [`recover`] opened.
 pub(super) struct Recovered {
@@ -8,17 +16,20 @@ pub(super) struct Recovered {
     pub(super) trees: Trees,
     /// sled's log file, fsynced after each of its flushes (fsync durability).
     pub(super) db_file: Option<Arc<File>>,
-    pub(super) wal_dir: PathBuf,
+    pub(super) log_dir: PathBuf,
+    /// The newest record.
+    pub(super) head: Head,
+    /// Segments before this seq need no replay.
+    pub(super) replay_from: u64,
 }
 
-/// Opens sled in `dir` and applies what the write-ahead log holds beyond
-/// sled's last flush; then flushes sled and empties the log.
+/// Opens sled in `dir`, carries over what an earlier version left (its
+/// write-ahead log, its audit tree), and applies the state changes of the
+/// audit log's segments from sled's last checkpoint on; then flushes sled.
 pub(super) fn recover(dir: &Path, durability: Durability) -> Result<Recovered, StoreError> {
-    // The writer makes every answer durable through the write-ahead log:
-    // sled's own 500 ms flusher would only write the same data twice.
-    // sled keeps written pages in memory up to its cache capacity (1 GiB by
-    // default): the audit log would grow the resident size without bound
-    // for records that are read back rarely (tail, verify).
+    // The writer makes every answer durable through the audit log: sled's
+    // own 500 ms flusher would only write the same data twice. sled keeps
+    // written pages in memory up to its cache capacity (1 GiB by default).
     let db = sled::Config::new()
         .path(dir)
         .mode(sled::Mode::HighThroughput)
@@ -42,7 +53,7 @@ pub(super) fn recover(dir: &Path, durability: Durability) -> Result<Recovered, S
     let wal_dir = dir.join("wal");
     let batches = wal::recover(&wal_dir)?;
     if !batches.is_empty() {
-        tracing::info!(batches = batches.len(), "applying the write-ahead log");
+        tracing::info!(batches = batches.len(), "applying an earlier version's write-ahead log");
         for ops in &batches {
             trees.apply(ops)?;
         }
@@ -51,7 +62,108 @@ pub(super) fn recover(dir: &Path, durability: Durability) -> Result<Recovered, S
     if wal_dir.exists() {
         wal::remove_all(&wal_dir)?;
     }
-    Ok(Recovered { db, trees, db_file, wal_dir })
+    let log_dir = dir.join(LOG_DIR);
+    migrate(dir, &db, &trees, db_file.as_deref())?;
+    let replay_from = trees.replay_from()?;
+    let scanned = log::recover(&log_dir, replay_from)?;
+    if !scanned.ops.is_empty() {
+        tracing::info!(changes = scanned.ops.len(), "applying the audit log's newest segments");
+        trees.apply(&scanned.ops)?;
+    }
+    // Never past the log's end (a log cut short by hand): what is written
+    // next must be replayed after a crash.
+    let replay_from = replay_from.min(scanned.head.seq + 1);
+    trees.set_replay_from(replay_from)?;
+    flush_sled(&db, db_file.as_deref())?;
+    Ok(Recovered { db, trees, db_file, log_dir, head: scanned.head, replay_from })
+}
+
+/// Moves the audit records an earlier version kept in sled's `audit` tree
+/// into the audit log: written whole under another name, synced, renamed
+/// into place, and only then removed from sled, so that a crash at any
+/// point leaves either the tree or the log (or both, the same records,
+/// resolved at the next open).
+fn migrate(dir: &Path, db: &sled::Db, trees: &Trees, db_file: Option<&File>) -> Result<(), StoreError> {
+    let Some((last_key, _)) = trees.audit.last()? else { return Ok(()) };
+    let last_seq = seq_of_key(&last_key).unwrap_or(0);
+    let log_dir = dir.join(LOG_DIR);
+    if !log::segments(&log_dir)?.is_empty() {
+        let head = log::recover(&log_dir, u64::MAX)?.head;
+        if head.seq < last_seq {
+            return Err(StoreError::Corrupt {
+                tree: trees::AUDIT,
+                key: last_seq.to_string(),
+                message: format!(
+                    "the store holds audit records in sled up to {last_seq} and an audit log only up to {}",
+                    head.seq
+                ),
+            });
+        }
+    } else {
+        let count = trees.audit.len();
+        tracing::info!(records = count, "moving the audit records out of sled into the audit log");
+        let staging = dir.join(MIGRATING_DIR);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(log::io_error(&staging))?;
+        }
+        let mut writer: Option<LogWriter> = None;
+        let mut batch: Vec<AuditRecord> = Vec::new();
+        let flush = |writer: &mut Option<LogWriter>, batch: &mut Vec<AuditRecord>| -> Result<(), StoreError> {
+            let Some(first) = batch.first() else { return Ok(()) };
+            let log = match writer.as_mut() {
+                Some(log) if !log.full() => log,
+                Some(log) => {
+                    let base = Head { seq: first.seq - 1, hash: first.prev_hash.clone() };
+                    log.rotate(&base, None)?.seal().map_err(log::io_error(&staging))?;
+                    log
+                }
+                None => writer.insert(LogWriter::create(
+                    &staging,
+                    &Head { seq: first.seq - 1, hash: first.prev_hash.clone() },
+                    false,
+                    None,
+                    log::DEFAULT_SEGMENT_BYTES,
+                )?),
+            };
+            let refs: Vec<&AuditRecord> = batch.iter().collect();
+            let frame = log.frame(&refs, &[]);
+            log.append(&frame)?;
+            batch.clear();
+            Ok(())
+        };
+        for item in trees.audit.iter() {
+            let (key, value) = item?;
+            let record = decode_record(&key, &value)?;
+            // The log numbers records by their order: a gap starts a new
+            // segment, where verification reports it.
+            if let Some(last) = batch.last()
+                && last.seq + 1 != record.seq
+            {
+                flush(&mut writer, &mut batch)?;
+                if let Some(log) = writer.as_mut() {
+                    let base = Head { seq: record.seq - 1, hash: record.prev_hash.clone() };
+                    log.rotate(&base, None)?.seal().map_err(log::io_error(&staging))?;
+                }
+            }
+            batch.push(record);
+            if batch.len() == 1000 {
+                flush(&mut writer, &mut batch)?;
+            }
+        }
+        flush(&mut writer, &mut batch)?;
+        if let Some(log) = writer.take() {
+            let sealed = log::Sealed { file: log.file(), len: log.len() };
+            sealed.seal().map_err(log::io_error(&staging))?;
+        }
+        log::sync_dir(&staging)?;
+        std::fs::rename(&staging, &log_dir).map_err(log::io_error(&log_dir))?;
+        log::sync_dir(dir)?;
+    }
+    // Nothing before the log's end needs replaying: sled holds that state.
+    trees.set_replay_from(last_seq + 1)?;
+    trees.audit.clear()?;
+    flush_sled(db, db_file)?;
+    Ok(())
 }
 
 /// sled's flush, then (fsync durability) fsync of its log file.
@@ -61,11 +173,4 @@ pub(super) fn flush_sled(db: &sled::Db, db_file: Option<&File>) -> Result<(), St
         file.sync_data().map_err(sled::Error::Io)?;
     }
     Ok(())
-}
-
-/// Opens a stopped monitor's store for reading (`wardenctl audit verify
-/// --data`), first applying whatever its write-ahead log holds, so that
-/// every acknowledged record is there even after a crash.
-pub fn open_stopped(dir: &Path) -> Result<sled::Db, StoreError> {
-    Ok(recover(dir, Durability::Fsync)?.db)
 }

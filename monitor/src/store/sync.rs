@@ -1,4 +1,4 @@
-//! The sync thread: one fdatasync of the log for every batch queued, then the answers and the durable watermark.
+//! The sync thread: one fdatasync of the audit log for every batch queued, then the answers and the durable watermark.
 
 use super::*;
 
@@ -7,6 +7,7 @@ use super::*;
 pub(super) struct SyncLoop {
     pub(super) fsync: bool,
     pub(super) flushed: watch::Sender<u64>,
+    pub(super) durable_head: Arc<Mutex<Head>>,
     pub(super) approval_events: broadcast::Sender<ApprovalEvent>,
     pub(super) failed: Arc<OnceLock<String>>,
 }
@@ -40,6 +41,11 @@ impl SyncLoop {
     /// the approval changes to their watchers.
     pub(super) fn answer(&self, batches: Vec<Appended>) {
         if let Some(last) = batches.last() {
+            if let Ok(mut head) = self.durable_head.lock()
+                && head.seq != last.seq
+            {
+                *head = Head { seq: last.seq, hash: last.hash.clone() };
+            }
             // Only a new head wakes followers (a batch of replays adds none).
             self.flushed.send_if_modified(|durable| {
                 let moved = *durable != last.seq;
@@ -72,7 +78,7 @@ impl SyncLoop {
         }
         for file in files {
             if let Err(e) = file.sync_data() {
-                let why = format!("a sync of the write-ahead log failed ({e}); restart the monitor");
+                let why = format!("a sync of the audit log failed ({e}); restart the monitor");
                 let _ = self.failed.set(why.clone());
                 return Err(why);
             }

@@ -1,57 +1,23 @@
-//! The write-ahead log in front of sled: what makes an acknowledged write
-//! durable.
-//!
-//! sled 0.34 can only make its state durable with a flush of its whole log
-//! (and a transaction over every tree for atomicity), which costs far more
-//! per batch than appending the batch's bytes to a file. So the store's
-//! writer appends each batch here as one checksummed frame, applies it to
-//! sled's trees in memory, and answers once the frame is on disk (fdatasync,
-//! or only written for `Durability::Flush`). sled flushes on its own
-//! schedule: when a segment of this log is full, the writer starts a new one,
-//! and once sled's flush covers everything in the old segments they are
-//! deleted (a checkpoint).
-//!
-//! On open, the frames of every remaining segment are applied again, in
-//! order, on top of whatever sled recovered. Every operation is a blind put
-//! or remove, so replaying a frame that sled already holds changes nothing,
-//! and the last write of each key wins as it did before the crash. A frame
-//! cut short or failing its checksum at the end of the newest segment is a
-//! batch that was never acknowledged, and is dropped; anywhere else it is
-//! corruption and opening fails.
-//!
-//! Segments are zero-filled and synced before they are used (the next one
-//! is prepared in the background): an fdatasync of bytes written over
-//! allocated blocks of a file whose size does not change commits no file
-//! system metadata, which makes it cheaper and faster than one after an
-//! append. A zero length ends a segment's frames.
+//! The write-ahead log of earlier versions (`store/wal/`), read once when
+//! such a store is first opened: its frames are applied to sled, then the
+//! folder is removed. The audit log (`log.rs`) took over its job.
 //!
 //! Frame: `len: u32 LE`, `crc32(payload): u32 LE`, payload. Payload: a
 //! sequence of operations, each `tree: u8`, `key_len: u32 LE`, key,
 //! `kind: u8` (1 put, 0 remove), and for a put `value_len: u32 LE`, value.
+//! A damaged frame at the end of the newest segment was never acknowledged
+//! and is dropped; anywhere else opening fails.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-/// A segment's size: it is closed once it holds this many bytes (a last
-/// frame may run past it and grow the file).
-pub(crate) const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) use super::log::Op;
+
 /// Largest frame accepted when reading: a length beyond it is a torn or
 /// corrupt header, not a real batch.
 const MAX_FRAME: u32 = 1 << 30;
 const HEADER: usize = 8;
-
-/// One write to one sled tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Op {
-    /// Index into the store's tree list.
-    pub(crate) tree: u8,
-    pub(crate) key: Vec<u8>,
-    /// `None` removes the key.
-    pub(crate) value: Option<Vec<u8>>,
-}
 
 /// Why the log cannot be read back.
 #[derive(Debug, thiserror::Error)]
@@ -78,33 +44,6 @@ pub enum WalError {
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
     move |source| WalError::Io { path: path.to_owned(), source }
-}
-
-/// Encodes one batch as a frame.
-pub(crate) fn frame(ops: &[Op]) -> Vec<u8> {
-    let size: usize = ops.iter().map(|op| 10 + op.key.len() + op.value.as_ref().map_or(0, |v| 4 + v.len())).sum();
-    let mut out = Vec::with_capacity(HEADER + size);
-    out.extend_from_slice(&[0; HEADER]);
-    for op in ops {
-        out.push(op.tree);
-        put_bytes(&mut out, &op.key);
-        match &op.value {
-            Some(value) => {
-                out.push(1);
-                put_bytes(&mut out, value);
-            }
-            None => out.push(0),
-        }
-    }
-    let len = u32::try_from(out.len() - HEADER).unwrap_or(u32::MAX);
-    let crc = crc32fast::hash(out.get(HEADER..).unwrap_or_default());
-    out.splice(..HEADER, len.to_le_bytes().into_iter().chain(crc.to_le_bytes()));
-    out
-}
-
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
-    out.extend_from_slice(bytes);
 }
 
 /// Decodes a frame's payload.
@@ -202,46 +141,6 @@ fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, WalError> {
     Ok(out)
 }
 
-fn segment_path(dir: &Path, number: u64) -> PathBuf {
-    dir.join(format!("{number:020}.log"))
-}
-
-fn spare_path(dir: &Path, number: u64) -> PathBuf {
-    dir.join(format!("{number:020}.next"))
-}
-
-/// Writes a zero-filled, synced segment file at `path` (replacing one that
-/// a crash left half made).
-fn zero_filled(path: &Path) -> Result<File, WalError> {
-    let file =
-        OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).map_err(io_error(path))?;
-    let zeros = vec![0u8; 1024 * 1024];
-    let mut written = 0u64;
-    while written < SEGMENT_BYTES {
-        (&file).write_all(&zeros).map_err(io_error(path))?;
-        written += zeros.len() as u64;
-    }
-    file.sync_all().map_err(io_error(path))?;
-    Ok(file)
-}
-
-/// Prepares segment `number` ahead of its use (zero-filled and synced,
-/// under a name that [`recover`] ignores), so that starting it costs only
-/// a rename.
-pub(crate) fn prepare_segment(dir: &Path, number: u64) -> Result<Spare, WalError> {
-    Ok(Spare { number, file: zero_filled(&spare_path(dir, number))? })
-}
-
-/// A prepared segment, see [`prepare_segment`].
-pub(crate) struct Spare {
-    number: u64,
-    file: File,
-}
-
-fn sync_dir(dir: &Path) -> Result<(), WalError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))
-}
-
 /// Every batch still in the log under `dir`, oldest first. A damaged frame
 /// at the end of the newest segment (a write that was never acknowledged)
 /// is cut off the file; anywhere else it is an error.
@@ -285,7 +184,7 @@ pub(crate) fn remove_all(dir: &Path) -> Result<(), WalError> {
             fs::remove_file(&path).map_err(io_error(&path))?;
         }
     }
-    Ok(())
+    fs::remove_dir(dir).map_err(io_error(dir))
 }
 
 /// Deletes every segment under `dir` numbered below `keep_from`, oldest
@@ -299,151 +198,63 @@ pub(crate) fn remove_before(dir: &Path, keep_from: u64) -> Result<(), WalError> 
     Ok(())
 }
 
-/// The segment being appended to.
-pub(crate) struct Wal {
-    dir: PathBuf,
-    number: u64,
-    file: Arc<File>,
-    len: u64,
-    /// fsync new segments' folder entries (fsync durability).
-    sync: bool,
-}
-
-impl Wal {
-    /// Starts a new segment after any that exist in `dir` (created if
-    /// missing).
-    pub(crate) fn create(dir: &Path, sync: bool) -> Result<Self, WalError> {
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let number = segments(dir)?.last().map_or(1, |(n, _)| n + 1);
-        let path = segment_path(dir, number);
-        let file = zero_filled(&path)?;
-        if sync {
-            sync_dir(dir)?;
-        }
-        Ok(Self { dir: dir.to_owned(), number, file: Arc::new(file), len: 0, sync })
-    }
-
-    /// Writes one encoded frame (see [`frame`]). It is durable once
-    /// [`Wal::file`] is synced, and survives a killed process as soon as
-    /// this returns.
-    pub(crate) fn append(&mut self, frame: &[u8]) -> Result<(), WalError> {
-        self.file.write_all_at(frame, self.len).map_err(|source| WalError::Io { path: self.path(), source })?;
-        self.len += frame.len() as u64;
-        Ok(())
-    }
-
-    /// The current segment, to fdatasync.
-    pub(crate) fn file(&self) -> Arc<File> {
-        Arc::clone(&self.file)
-    }
-
-    /// Whether the current segment is full.
-    pub(crate) fn full(&self) -> bool {
-        self.len >= SEGMENT_BYTES
-    }
-
-    /// The number of the segment after the current one, to prepare.
-    pub(crate) fn next_number(&self) -> u64 {
-        self.number + 1
-    }
-
-    /// Starts the next segment, from `spare` when it was prepared for it.
-    /// Returns its number: every segment below it may be deleted once
-    /// sled's flush covers what was applied so far. With fsync durability
-    /// the caller syncs the current segment first, so that only the newest
-    /// segment can end in a torn frame.
-    pub(crate) fn rotate(&mut self, spare: Option<Spare>) -> Result<u64, WalError> {
-        let number = self.number + 1;
-        let path = segment_path(&self.dir, number);
-        let file = match spare {
-            Some(spare) if spare.number == number => {
-                let from = spare_path(&self.dir, number);
-                fs::rename(&from, &path).map_err(io_error(&from))?;
-                spare.file
-            }
-            _ => zero_filled(&path)?,
-        };
-        if self.sync {
-            sync_dir(&self.dir)?;
-        }
-        self.number = number;
-        self.file = Arc::new(file);
-        self.len = 0;
-        Ok(number)
-    }
-
-    /// The folder of the segments.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn path(&self) -> PathBuf {
-        segment_path(&self.dir, self.number)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Encodes one batch as the frame an earlier version wrote.
+    pub(crate) fn frame(ops: &[Op]) -> Vec<u8> {
+        let mut payload = Vec::new();
+        for op in ops {
+            payload.push(op.tree);
+            put(&mut payload, &op.key);
+            match &op.value {
+                Some(value) => {
+                    payload.push(1);
+                    put(&mut payload, value);
+                }
+                None => payload.push(0),
+            }
+        }
+        let mut out = (payload.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
 
     fn op(tree: u8, key: &str, value: Option<&str>) -> Op {
         Op { tree, key: key.as_bytes().to_vec(), value: value.map(|v| v.as_bytes().to_vec()) }
     }
 
     #[test]
-    fn frames_read_back_across_segments_in_order() {
+    fn an_earlier_version_s_frames_read_back_in_order_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let wal_dir = dir.path().join("wal");
-        let mut wal = Wal::create(&wal_dir, true).unwrap();
         let first = vec![op(0, "a", Some("1")), op(3, "b", None)];
-        let second = vec![op(1, "", Some(""))];
-        let third = vec![op(7, "c", Some("3"))];
-        wal.append(&frame(&first)).unwrap();
-        wal.append(&frame(&second)).unwrap();
-        assert_eq!(wal.rotate(None).unwrap(), 2);
-        wal.append(&frame(&third)).unwrap();
-        assert_eq!(recover(&wal_dir).unwrap(), vec![first, second, third.clone()]);
-
-        remove_before(&wal_dir, 2).unwrap();
-        assert_eq!(recover(&wal_dir).unwrap(), vec![third]);
-        // A new log starts after the segments left.
-        drop(wal);
-        let wal = Wal::create(&wal_dir, false).unwrap();
-        assert_eq!(wal.number, 3);
-    }
-
-    #[test]
-    fn a_torn_last_frame_is_cut_off_and_writing_goes_on_after_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), false).unwrap();
-        let kept = vec![op(0, "kept", Some("yes"))];
-        wal.append(&frame(&kept)).unwrap();
+        let second = vec![op(7, "c", Some("3"))];
+        let mut one = frame(&first);
+        one.extend(vec![0; 64]);
+        fs::write(dir.path().join(format!("{:020}.log", 1)), one).unwrap();
+        let mut two = frame(&second);
         let torn = frame(&[op(0, "torn", Some("no"))]);
-        wal.append(torn.get(..torn.len() - 3).unwrap()).unwrap();
-        let path = segment_path(dir.path(), 1);
-        assert_eq!(recover(dir.path()).unwrap(), vec![kept.clone()]);
-        assert_eq!(fs::metadata(&path).unwrap().len(), frame(&kept).len() as u64, "the torn tail is cut off");
-        assert_eq!(recover(dir.path()).unwrap(), vec![kept]);
+        two.extend_from_slice(&torn[..torn.len() - 3]);
+        fs::write(dir.path().join(format!("{:020}.log", 2)), &two).unwrap();
+        assert_eq!(recover(dir.path()).unwrap(), vec![first.clone(), second.clone()]);
+        let cut = fs::metadata(dir.path().join(format!("{:020}.log", 2))).unwrap().len();
+        assert_eq!(cut, frame(&second).len() as u64, "the torn tail is cut off");
+        remove_all(dir.path()).unwrap();
+        assert!(recover(dir.path()).unwrap().is_empty());
 
-        // Garbage after a whole frame, then zeros, the same.
-        let mut wal = Wal::create(dir.path(), false).unwrap();
-        wal.append(&frame(&[op(2, "k", None)])).unwrap();
-        wal.append(&[7, 7, 7]).unwrap();
-        let batches = recover(dir.path()).unwrap();
-        assert_eq!(batches.last(), Some(&vec![op(2, "k", None)]));
-    }
-
-    #[test]
-    fn a_damaged_frame_before_the_newest_segment_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), false).unwrap();
-        let mut bad = frame(&[op(0, "k", Some("v"))]);
-        if let Some(byte) = bad.last_mut() {
-            *byte ^= 1;
-        }
-        wal.append(&bad).unwrap();
-        wal.rotate(Some(prepare_segment(dir.path(), 2).unwrap())).unwrap();
-        wal.append(&frame(&[op(0, "later", Some("v"))])).unwrap();
+        // Damage before the newest segment is an error.
+        fs::create_dir(dir.path()).unwrap();
+        let mut bad = frame(&first);
+        *bad.last_mut().unwrap() ^= 1;
+        fs::write(dir.path().join(format!("{:020}.log", 1)), bad).unwrap();
+        fs::write(dir.path().join(format!("{:020}.log", 2)), frame(&second)).unwrap();
         match recover(dir.path()) {
             Err(WalError::Corrupt { offset: 0, why, .. }) => assert_eq!(why, "checksum mismatch"),
             other => panic!("expected a corrupt frame, got {other:?}"),

@@ -2,10 +2,10 @@
 
 use super::*;
 
-/// Starts preparing the segment after `wal`'s current one.
-pub(super) fn prepare_spare(wal: &Wal) -> tokio::task::JoinHandle<Result<wal::Spare, WalError>> {
-    let (dir, number) = (wal.dir().to_owned(), wal.next_number());
-    tokio::task::spawn_blocking(move || wal::prepare_segment(&dir, number))
+/// Starts preparing the file of the next segment of `log`.
+pub(super) fn prepare_spare(log: &LogWriter) -> tokio::task::JoinHandle<Result<log::Spare, LogError>> {
+    let (dir, size) = (log.dir().to_owned(), log.segment_bytes());
+    tokio::task::spawn_blocking(move || log::prepare_segment(&dir, size))
 }
 
 /// A batch written to the log and applied, waiting for its sync.
@@ -14,6 +14,8 @@ pub(super) struct Appended {
     pub(super) file: Arc<File>,
     /// The chain head after it.
     pub(super) seq: u64,
+    /// Its hash.
+    pub(super) hash: String,
     pub(super) answers: Vec<(Reply, Committed)>,
     pub(super) writes: Vec<Write>,
 }
@@ -22,12 +24,19 @@ pub(super) struct Appended {
 pub(super) struct WriteLoop {
     pub(super) db: sled::Db,
     pub(super) trees: Trees,
-    pub(super) wal: Wal,
+    pub(super) log: LogWriter,
     pub(super) db_file: Option<Arc<File>>,
-    /// The checkpoint under way: sled's flush, then the old segments deleted.
+    /// The checkpoint under way: the sealed segment cut to size and synced,
+    /// then sled's flush, after which `replay_from` moves.
     pub(super) checkpoint: Option<tokio::task::JoinHandle<Result<(), String>>>,
-    /// The next segment, being prepared.
-    pub(super) spare: Option<tokio::task::JoinHandle<Result<wal::Spare, WalError>>>,
+    /// Shared with the store: segments before it need no replay.
+    pub(super) replay_from: Arc<AtomicU64>,
+    /// Shared with the store: the newest record written.
+    pub(super) written: Arc<AtomicU64>,
+    /// Told when a checkpoint is done.
+    pub(super) sealed: Arc<tokio::sync::Notify>,
+    /// The next segment's file, being prepared.
+    pub(super) spare: Option<tokio::task::JoinHandle<Result<log::Spare, LogError>>>,
     /// To the sync thread; dropped to stop it.
     pub(super) to_sync: Option<mpsc::UnboundedSender<Appended>>,
     /// With flush durability a written batch is already as durable as it
@@ -67,9 +76,10 @@ impl WriteLoop {
                 }
             }
             head = self.write_batch(batch, head);
-            self.maybe_checkpoint().await;
+            self.maybe_checkpoint(&head).await;
         }
-        // Every batch answered, then one last checkpoint empties the log.
+        // Every batch answered, then one last checkpoint: sled holds all
+        // state, so the next start replays nothing.
         self.to_sync = None;
         let _ = (&mut self.sync_finished).await;
         if let Some(running) = self.checkpoint.take()
@@ -83,16 +93,16 @@ impl WriteLoop {
         if let Some(preparing) = self.spare.take() {
             let _ = preparing.await;
         }
-        let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
+        let (db, db_file, trees, next) = (self.db.clone(), self.db_file.clone(), self.trees.clone(), head.seq + 1);
         let last = tokio::task::spawn_blocking(move || {
-            flush_sled(&db, db_file.as_deref())?;
-            wal::remove_all(&dir).map_err(StoreError::from)
+            trees.set_replay_from(next)?;
+            flush_sled(&db, db_file.as_deref())
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
         if let Err(e) = last {
-            tracing::error!(error = %e, "final checkpoint failed; the write-ahead log is applied at the next start");
+            tracing::error!(error = %e, "final checkpoint failed; the audit log is replayed at the next start");
         }
     }
 
@@ -134,13 +144,16 @@ impl WriteLoop {
                 return head;
             }
         };
-        let written = if ops.is_empty() {
+        let written = if writes.is_empty() {
             Ok(())
         } else {
-            self.wal.append(&wal::frame(&ops)).map_err(StoreError::from).and_then(|()| self.trees.apply(&ops))
+            let records: Vec<&AuditRecord> = writes.iter().map(|w| &w.record).collect();
+            let frame = self.log.frame(&records, &ops);
+            let ops: Vec<Op> = ops.iter().map(LogOp::to_op).collect();
+            self.log.append(&frame).map_err(StoreError::from).and_then(|()| self.trees.apply(&ops))
         };
         let sent = written.and_then(|()| {
-            let appended = Appended { file: self.wal.file(), seq: next.seq, answers, writes };
+            let appended = Appended { file: self.log.file(), seq: next.seq, hash: next.hash.clone(), answers, writes };
             if let Some(answer) = &self.answer_now {
                 answer.answer(vec![appended]);
                 return Ok(());
@@ -151,7 +164,10 @@ impl WriteLoop {
             }
         });
         match sent {
-            Ok(()) => next,
+            Ok(()) => {
+                self.written.store(next.seq, Ordering::Release);
+                next
+            }
             Err(e) => {
                 // The batch may be in the log: its seqs must not be reused.
                 let why = format!("the audit log could not be written ({e}); restart the monitor");
@@ -162,10 +178,11 @@ impl WriteLoop {
         }
     }
 
-    /// When the log's segment is full: start a new one, and flush sled in
-    /// the background; once that is done the old segments are deleted.
-    pub(super) async fn maybe_checkpoint(&mut self) {
-        if !self.wal.full() || self.failed.get().is_some() {
+    /// When the log's segment is full: seal it and start a new one, and
+    /// flush sled in the background; once that is done, the sealed
+    /// segments are no longer needed to rebuild sled's state.
+    pub(super) async fn maybe_checkpoint(&mut self, head: &Head) {
+        if !self.log.full() || self.failed.get().is_some() {
             return;
         }
         if let Some(running) = &self.checkpoint {
@@ -179,8 +196,9 @@ impl WriteLoop {
                 return;
             }
         }
-        // Only the newest segment may end in a torn frame.
-        let old = self.wal.file();
+        // Only the newest segment may end in a torn frame: the old one is
+        // synced before anything is written to the next.
+        let old = self.log.file();
         let synced = match self.db_file {
             Some(_) => tokio::task::spawn_blocking(move || old.sync_data()).await.map_err(|e| e.to_string()),
             None => Ok(Ok(())),
@@ -190,7 +208,7 @@ impl WriteLoop {
                 match preparing.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
                     Ok(spare) => Some(spare),
                     Err(e) => {
-                        tracing::warn!(error = %e, "the next write-ahead log segment could not be prepared; making it now");
+                        tracing::warn!(error = %e, "the next audit log segment could not be prepared; making it now");
                         None
                     }
                 }
@@ -198,24 +216,35 @@ impl WriteLoop {
             None => None,
         };
         let rotated = match synced {
-            Ok(Ok(())) => self.wal.rotate(spare).map_err(|e| e.to_string()),
+            Ok(Ok(())) => self.log.rotate(head, spare).map_err(|e| e.to_string()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(e) => Err(e),
         };
-        let keep_from = match rotated {
-            Ok(keep_from) => keep_from,
+        let sealed = match rotated {
+            Ok(sealed) => sealed,
             Err(why) => {
                 let _ = self
                     .failed
-                    .set(format!("the write-ahead log could not start a new segment ({why}); restart the monitor"));
+                    .set(format!("the audit log could not start a new segment ({why}); restart the monitor"));
                 return;
             }
         };
-        self.spare = Some(prepare_spare(&self.wal));
-        let (db, db_file, dir) = (self.db.clone(), self.db_file.clone(), self.wal.dir().to_owned());
+        // Every change of the sealed segments is applied to the trees by
+        // now: once the flush below is done, sled holds them.
+        let next = self.log.first_seq();
+        if let Err(e) = self.trees.set_replay_from(next) {
+            let _ = self.failed.set(format!("the store could not record a checkpoint ({e}); restart the monitor"));
+            return;
+        }
+        self.spare = Some(prepare_spare(&self.log));
+        let (db, db_file, replay_from) = (self.db.clone(), self.db_file.clone(), Arc::clone(&self.replay_from));
+        let told = Arc::clone(&self.sealed);
         self.checkpoint = Some(tokio::task::spawn_blocking(move || {
+            sealed.seal().map_err(|e| format!("sealing a segment: {e}"))?;
             flush_sled(&db, db_file.as_deref()).map_err(|e| e.to_string())?;
-            wal::remove_before(&dir, keep_from).map_err(|e| e.to_string())
+            replay_from.store(next, Ordering::Release);
+            told.notify_one();
+            Ok(())
         }));
     }
 
@@ -367,15 +396,26 @@ impl WriteLoop {
     }
 }
 
-/// A batch's writes as log operations, in the order they are applied.
-pub(super) fn ops_of(writes: &[Write]) -> Result<Vec<Op>, StoreError> {
-    let mut ops = Vec::with_capacity(writes.len() * 3);
-    let put = |tree, key: &[u8], value| Op { tree, key: key.to_vec(), value: Some(value) };
-    let remove = |tree, key: &[u8]| Op { tree, key: key.to_vec(), value: None };
+/// A batch's state changes as log operations, in the order they are
+/// applied (its records go into the log's frame beside them).
+pub(super) fn ops_of(writes: &[Write]) -> Result<Vec<LogOp>, StoreError> {
+    let mut ops = Vec::with_capacity(writes.len());
+    let put = |tree, key: &[u8], value| LogOp::Plain(Op { tree, key: key.to_vec(), value: Some(value) });
+    let remove = |tree, key: &[u8]| LogOp::Plain(Op { tree, key: key.to_vec(), value: None });
     for write in writes {
-        ops.push(put(tree_no::AUDIT, &write.record.seq.to_be_bytes(), codec::encode(&write.record)));
         if let Some((key, remembered)) = &write.remembered {
-            ops.push(put(tree_no::requests(request_slot(remembered.decided_unix_ns)), key, codec::encode(remembered)));
+            // Written compactly when the key is `harness NUL request id`.
+            let harness = key.split(|&b| b == 0).next().and_then(|h| std::str::from_utf8(h).ok());
+            match harness {
+                Some(harness) if request_key(harness, &remembered.decision.request_id) == *key => {
+                    ops.push(LogOp::Remember { harness: harness.to_owned(), remembered: Box::new(remembered.clone()) })
+                }
+                _ => ops.push(put(
+                    tree_no::requests(request_slot(remembered.decided_unix_ns)),
+                    key,
+                    codec::encode(remembered),
+                )),
+            }
         }
         if let Some(approval) = &write.approval {
             ops.push(put(tree_no::APPROVALS, approval.approval_id.as_bytes(), encode(approval)?));

@@ -233,14 +233,11 @@ async fn nothing_acknowledged_is_lost_to_sigkill() {
         let _ = tokio::time::timeout(Duration::from_secs(10), driver).await;
     }
     // Read offline first, as `wardenctl audit verify --data` does: what the
-    // write-ahead log holds beyond sled's last flush is applied, so every
+    // audit log holds beyond sled's last flush is applied, so every
     // acknowledged decision is there and the chain verifies.
     {
         let told = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let db = warden_monitor::store::open_stopped(&data.join(warden_monitor::config::STORE_DIR)).unwrap();
-        let audit = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
-        let report =
-            warden_monitor::store::verify_chain(audit.iter().map(|i| i.map(|(k, v)| (k.to_vec(), v.to_vec()))));
+        let report = warden_monitor::verify::verify_offline(&data, None).unwrap().report;
         assert!(report.ok(), "the chain does not verify offline after a SIGKILL: {:?}", report.first_bad);
         let newest_told = told.decisions.values().map(|(_, seq)| *seq).max().unwrap_or(0);
         assert!(

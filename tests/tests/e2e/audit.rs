@@ -8,7 +8,7 @@ use warden_sdk::{ActionRequest, Actor, Outcome};
 use warden_monitor::codec::{self, Record};
 use warden_monitor::normalize::{Actor as InputActor, RequestInput, ResourceInput};
 use warden_monitor::service::legacy_request_hash;
-use warden_monitor::store::{AuditRecord, Remembered, SessionRecord, trees};
+use warden_monitor::store::{AuditRecord, Remembered, SessionRecord, StoppedStore, trees};
 
 use crate::support::TestMonitor;
 
@@ -55,7 +55,7 @@ async fn records_hold_what_was_decided_and_link_into_a_chain() {
     // The newest N.
     let mut admin = monitor.admin().await;
     let newest: Vec<_> = admin
-        .tail_audit(pb::TailAuditRequest { count: 2, all: false, follow: false })
+        .tail_audit(pb::TailAuditRequest { count: 2, all: false, follow: false, ..Default::default() })
         .await
         .unwrap()
         .into_inner()
@@ -70,8 +70,11 @@ async fn a_followed_tail_sees_new_records() {
     let monitor = TestMonitor::start().await;
     decide_three(&monitor).await;
     let mut admin = monitor.admin().await;
-    let mut stream =
-        admin.tail_audit(pb::TailAuditRequest { count: 1, all: false, follow: true }).await.unwrap().into_inner();
+    let mut stream = admin
+        .tail_audit(pb::TailAuditRequest { count: 1, all: false, follow: true, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(stream.next().await.unwrap().unwrap().seq, 3);
     monitor.harness().await.authorize(&alice(), ActionRequest::read_file("/home/alice/project/b.rs")).await.unwrap();
     let next = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await.unwrap().unwrap().unwrap();
@@ -117,9 +120,17 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
     assert_eq!(monitor.harness().await.authorize(&alice(), web).await.unwrap().outcome, Outcome::Allow);
     let before = monitor.audit().await;
     monitor.stop_server().await;
+    // Older versions kept the audit records in sled.
+    let records: Vec<AuditRecord> =
+        StoppedStore::open(&monitor.store_dir()).unwrap().records(1).collect::<Result<_, _>>().unwrap();
+    assert_eq!(records.len(), 5);
+    std::fs::remove_dir_all(monitor.store_dir().join("audit")).unwrap();
     {
         let db = sled::open(monitor.store_dir()).unwrap();
-        assert_eq!(rewrite_as_json::<AuditRecord>(&db, trees::AUDIT), 5);
+        let audit = db.open_tree(trees::AUDIT).unwrap();
+        for record in &records {
+            audit.insert(record.seq().to_be_bytes(), serde_json::to_vec(record).unwrap()).unwrap();
+        }
         let remembered: usize = [trees::REQUESTS, trees::REQUESTS_1, trees::REQUESTS_2]
             .into_iter()
             .map(|tree| rewrite_as_json::<Remembered>(&db, tree))
@@ -189,13 +200,19 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
 
 /// Rewrites one stored record while the monitor is stopped.
 fn tamper(monitor: &TestMonitor, seq: u64, edit: impl Fn(&mut AuditRecord)) {
-    let db = sled::open(monitor.store_dir()).unwrap();
-    let tree = db.open_tree(trees::AUDIT).unwrap();
-    let key = seq.to_be_bytes();
-    let mut record = AuditRecord::from_bytes(&tree.get(key).unwrap().unwrap()).unwrap();
-    edit(&mut record);
-    tree.insert(key, record.to_bytes()).unwrap();
-    db.flush().unwrap();
+    rewrite(monitor, |records| {
+        if let Some(record) = records.iter_mut().find(|r| r.seq() == seq) {
+            edit(record);
+        }
+    });
+}
+
+/// Writes the audit log of the stopped monitor again, changed by `edit`.
+fn rewrite(monitor: &TestMonitor, edit: impl FnOnce(&mut Vec<AuditRecord>)) {
+    let store = StoppedStore::open(&monitor.store_dir()).unwrap();
+    let mut records: Vec<AuditRecord> = store.records(1).collect::<Result<_, _>>().unwrap();
+    edit(&mut records);
+    store.rewrite(&records).unwrap();
 }
 
 /// Rewrites every value of `tree` as JSON, the form older versions wrote;
@@ -244,12 +261,9 @@ async fn a_flipped_byte_in_a_hash_or_a_removed_record_is_detected() {
     assert_eq!(report.first_bad_seq, 1);
 
     monitor.stop_server().await;
-    {
-        let db = sled::open(monitor.store_dir()).unwrap();
-        let tree = db.open_tree(warden_monitor::store::trees::AUDIT).unwrap();
-        tree.remove(1u64.to_be_bytes()).unwrap();
-        db.flush().unwrap();
-    }
+    rewrite(&monitor, |records| {
+        records.remove(0);
+    });
     monitor.restart().await;
     let report = monitor.verify().await;
     assert!(!report.ok);

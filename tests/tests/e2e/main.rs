@@ -16,6 +16,7 @@ mod lockdown;
 mod policies;
 mod preview;
 mod reload;
+mod retention;
 mod security;
 mod services;
 mod sessions;

@@ -51,6 +51,8 @@ pub struct TestMonitor {
     tune: fn(&mut MonitorConfig),
     /// Seconds the monitor's clock runs ahead of the real one.
     clock_offset: Arc<AtomicI64>,
+    /// `[audit]`.
+    pub audit: warden_monitor::config::AuditConfig,
     pub endpoint: String,
     pub data: tempfile::TempDir,
     pub policies: PathBuf,
@@ -69,6 +71,7 @@ impl TestMonitor {
             server: None,
             tune: |_| {},
             clock_offset: Arc::new(AtomicI64::new(0)),
+            audit: Default::default(),
             endpoint: String::new(),
             data,
             policies,
@@ -88,6 +91,22 @@ impl TestMonitor {
         self.clock_offset.fetch_add(i64::try_from(by.as_secs()).unwrap(), Ordering::SeqCst);
     }
 
+    /// A monitor with the bundled policies and this `[audit]`.
+    pub async fn start_with_audit(audit: warden_monitor::config::AuditConfig) -> Self {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut monitor = Self {
+            server: None,
+            tune: |_| {},
+            clock_offset: Arc::new(AtomicI64::new(0)),
+            audit,
+            endpoint: String::new(),
+            data,
+            policies: bundled_policies(),
+        };
+        monitor.launch().await;
+        monitor
+    }
+
     /// A monitor with the bundled policies and tuned settings.
     pub async fn start_tuned(tune: fn(&mut MonitorConfig)) -> Self {
         let data = tempfile::tempdir().expect("temp dir");
@@ -95,6 +114,7 @@ impl TestMonitor {
             server: None,
             tune,
             clock_offset: Arc::new(AtomicI64::new(0)),
+            audit: Default::default(),
             endpoint: String::new(),
             data,
             policies: bundled_policies(),
@@ -132,6 +152,7 @@ impl TestMonitor {
             checkpoint_every: std::time::Duration::from_secs(300),
             tls: None,
             socket: None,
+            audit: self.audit.clone(),
             monitor,
         }
     }
@@ -207,7 +228,7 @@ impl TestMonitor {
         use tokio_stream::StreamExt;
         let mut admin = self.admin().await;
         let stream = admin
-            .tail_audit(pb::TailAuditRequest { count: 0, all: true, follow: false })
+            .tail_audit(pb::TailAuditRequest { count: 0, all: true, follow: false, ..Default::default() })
             .await
             .expect("tail")
             .into_inner();

@@ -86,6 +86,7 @@ async fn tls_with_tokens_and_client_certificates() {
                 client_ca: Some(pki.ca_pem.clone()),
             }),
             socket: None,
+            audit: Default::default(),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )
@@ -158,6 +159,7 @@ async fn the_unix_socket_admits_only_the_listed_uids() {
                 checkpoint_every: std::time::Duration::from_secs(300),
                 tls: None,
                 socket: Some(warden_monitor::server::UnixSocket { path: socket.clone(), uids }),
+                audit: Default::default(),
             },
             tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
         )
@@ -185,6 +187,7 @@ async fn the_sdk_decides_over_the_unix_socket() {
     let server = start(
         ServerConfig {
             socket: Some(warden_monitor::server::UnixSocket { path: socket.clone(), uids: vec![me] }),
+            audit: Default::default(),
             ..ServerConfig::new(
                 crate::support::bundled_policies(),
                 data.path().to_owned(),

@@ -91,7 +91,7 @@ impl Monitor {
         use tokio_stream::StreamExt as _;
         let channel = tonic::transport::Channel::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap();
         let mut admin = pb::admin_client::AdminClient::with_interceptor(channel, BearerToken::new(ADMIN).unwrap());
-        let request = pb::TailAuditRequest { count: 0, all: true, follow: false };
+        let request = pb::TailAuditRequest { count: 0, all: true, follow: false, ..Default::default() };
         let stream = admin.tail_audit(request).await.expect("tail").into_inner();
         stream.collect::<Result<Vec<_>, _>>().await.expect("records")
     }

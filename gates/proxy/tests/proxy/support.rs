@@ -100,7 +100,7 @@ impl Monitor {
         use tokio_stream::StreamExt as _;
         let mut admin =
             pb::admin_client::AdminClient::with_interceptor(self.channel().await, BearerToken::new(ADMIN).unwrap());
-        let request = pb::TailAuditRequest { count: 0, all: true, follow: false };
+        let request = pb::TailAuditRequest { count: 0, all: true, follow: false, ..Default::default() };
         let stream = admin.tail_audit(request).await.unwrap().into_inner();
         stream.collect::<Result<Vec<_>, _>>().await.unwrap()
     }

@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AuditRecord(_message.Message):
-    __slots__ = ("seq", "time", "kind", "caller", "actor", "action", "resource", "outcome", "policy_ids", "reasons", "policy_version", "request_id", "approval_id", "prev_hash", "hash")
+    __slots__ = ("seq", "time", "kind", "caller", "actor", "action", "resource", "outcome", "policy_ids", "reasons", "policy_version", "request_id", "approval_id", "prev_hash", "hash", "request")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class AuditRecord(_message.Message):
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     PREV_HASH_FIELD_NUMBER: _ClassVar[int]
     HASH_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     kind: str
@@ -42,17 +43,22 @@ class AuditRecord(_message.Message):
     approval_id: str
     prev_hash: str
     hash: str
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., caller: _Optional[str] = ..., actor: _Optional[_Union[_authority_pb2.Actor, _Mapping]] = ..., action: _Optional[str] = ..., resource: _Optional[str] = ..., outcome: _Optional[_Union[_authority_pb2.Outcome, str]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., reasons: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., request_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ...) -> None: ...
+    request: str
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., caller: _Optional[str] = ..., actor: _Optional[_Union[_authority_pb2.Actor, _Mapping]] = ..., action: _Optional[str] = ..., resource: _Optional[str] = ..., outcome: _Optional[_Union[_authority_pb2.Outcome, str]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., reasons: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., request_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ..., request: _Optional[str] = ...) -> None: ...
 
 class TailAuditRequest(_message.Message):
-    __slots__ = ("count", "all", "follow")
+    __slots__ = ("count", "all", "follow", "from_seq", "since_unix_ns")
     COUNT_FIELD_NUMBER: _ClassVar[int]
     ALL_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     count: int
     all: bool
     follow: bool
-    def __init__(self, count: _Optional[int] = ..., all: _Optional[bool] = ..., follow: _Optional[bool] = ...) -> None: ...
+    from_seq: int
+    since_unix_ns: int
+    def __init__(self, count: _Optional[int] = ..., all: _Optional[bool] = ..., follow: _Optional[bool] = ..., from_seq: _Optional[int] = ..., since_unix_ns: _Optional[int] = ...) -> None: ...
 
 class VerifyAuditRequest(_message.Message):
     __slots__ = ()

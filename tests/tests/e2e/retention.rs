@@ -1,0 +1,120 @@
+//! Audit retention: whole sealed segments leave the live store (archived or
+//! deleted), each closed by a signed checkpoint, and what remains still
+//! verifies from there, online and offline, across a restart; without that
+//! checkpoint it does not.
+
+use warden_monitor::config::AuditConfig;
+use warden_sdk::{ActionRequest, Actor};
+
+use crate::support::{TestMonitor, eventually};
+
+const SEGMENT: u64 = 64 * 1024;
+
+/// Decisions from eight tasks at once until `done` says so.
+async fn decide_until(monitor: &TestMonitor, done: impl AsyncFn(&TestMonitor) -> bool) -> usize {
+    let mut decided = 0;
+    while !done(monitor).await {
+        let mut tasks = Vec::new();
+        for worker in 0..8 {
+            let client = monitor.harness().await;
+            tasks.push(tokio::spawn(async move {
+                let actor = Actor::new("alice", "claude-code", format!("s{worker}"));
+                for n in 0..50 {
+                    let path = format!("/home/alice/project/src/{worker}/{n}.rs");
+                    client.authorize(&actor, ActionRequest::read_file(&path)).await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        decided += 400;
+        assert!(decided < 40_000, "retention did not remove a segment after {decided} decisions");
+    }
+    decided
+}
+
+fn live_segments(monitor: &TestMonitor) -> Vec<(String, u64)> {
+    let mut found: Vec<(String, u64)> = std::fs::read_dir(monitor.store_dir().join("audit"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect();
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_segments_leave_closed_by_a_signed_checkpoint_and_the_rest_still_verifies() {
+    let archive = tempfile::tempdir().unwrap();
+    let audit = AuditConfig {
+        retain_bytes: Some(4 * SEGMENT),
+        archive_dir: Some(archive.path().to_owned()),
+        segment_bytes: SEGMENT,
+        ..AuditConfig::default()
+    };
+    let mut monitor = TestMonitor::start_with_audit(audit).await;
+    let archived = |dir: &std::path::Path| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    decide_until(&monitor, async |m: &TestMonitor| {
+        archived(archive.path()) >= 2 && m.audit().await.iter().any(|r| r.kind == "audit.segment-removed")
+    })
+    .await;
+
+    // The live log starts after the archived records, and stays near its bound.
+    let records = monitor.audit().await;
+    let first = records.first().unwrap().seq;
+    assert!(first > 1, "the oldest records left the live store");
+    assert_eq!(records.last().unwrap().seq - first + 1, records.len() as u64, "no gap in what is left");
+    let live: u64 = live_segments(&monitor).iter().map(|(_, bytes)| bytes).sum();
+    assert!(live <= 4 * SEGMENT + 2 * SEGMENT, "{live} bytes live: {:?}", live_segments(&monitor));
+    let removed = records.iter().find(|r| r.kind == "audit.segment-removed").unwrap();
+    assert!(removed.reasons[0].starts_with("records "), "{:?}", removed.reasons);
+    assert!(removed.reasons[0].contains(&archive.path().display().to_string()), "{:?}", removed.reasons);
+    // The archive holds the segments, byte for byte the sealed files.
+    let mut names: Vec<String> =
+        std::fs::read_dir(archive.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    names.sort();
+    assert_eq!(names[0], format!("{:020}.seg", 1));
+
+    // The chain verifies from the checkpoint that closed the last segment
+    // removed, online, after a restart, and offline.
+    let report = monitor.verify().await;
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, monitor.audit().await.len() as u64);
+    monitor.restart().await;
+    let report = monitor.verify().await;
+    assert!(report.ok, "after a restart: {report:?}");
+    monitor.stop_server().await;
+    let offline = warden_monitor::verify::verify_offline(monitor.data.path(), None).unwrap().report;
+    assert!(offline.ok(), "{offline:?}");
+    assert!(offline.base.seq + 1 >= first, "it starts after a removed record: {offline:?}");
+
+    // Someone removes the checkpoints as well as old records: the log no
+    // longer proves where it starts.
+    std::fs::remove_file(monitor.data.path().join(warden_monitor::config::CHECKPOINT_LOG_FILE)).unwrap();
+    let offline = warden_monitor::verify::verify_offline(monitor.data.path(), None).unwrap().report;
+    let (seq, why) = offline.first_bad.clone().expect("the start is no longer vouched for");
+    assert_eq!(seq, 1);
+    assert!(why.contains("records were removed"), "{why}");
+    monitor.restart().await;
+    let report = monitor.verify().await;
+    assert!(!report.ok && report.error.contains("records were removed"), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_archive_old_segments_are_deleted_and_kept_ones_are_whole() {
+    let audit = AuditConfig { retain_bytes: Some(3 * SEGMENT), segment_bytes: SEGMENT, ..AuditConfig::default() };
+    let monitor = TestMonitor::start_with_audit(audit).await;
+    decide_until(&monitor, async |m: &TestMonitor| {
+        m.audit().await.iter().filter(|r| r.kind == "audit.segment-removed").count() >= 2
+    })
+    .await;
+    let segments = live_segments(&monitor);
+    assert!(!segments.iter().any(|(name, _)| name == &format!("{:020}.seg", 1)), "{segments:?}");
+    // Every live segment but the newest is sealed: cut to its frames.
+    for (_, bytes) in &segments[..segments.len() - 1] {
+        assert!(*bytes < SEGMENT + 4096, "{segments:?}");
+    }
+    eventually("the chain verifies", || async { monitor.verify().await.ok.then_some(()) }).await;
+}
