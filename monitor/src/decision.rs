@@ -969,10 +969,14 @@ fn build_entities(
         let (ancestor_ids, attrs) = resource_shape(&request.resource);
         // The chain nearest first: each ancestor's parents are the ones after it.
         let chain: Vec<EntityUid> = ancestor_ids.iter().map(|id| uid(ancestor_type, id)).collect();
+        // From the farthest down, so that an ancestor made here gets as
+        // parents everything above it, the declared ancestors of those
+        // in entities.json included: the set is transitively closed as
+        // built (see `add_built`).
         let mut parents = HashSet::new();
-        for (at, ancestor) in chain.iter().enumerate() {
-            let above = chain.get(at + 1..).unwrap_or_default();
-            parents.extend(add_known(&snapshot.entities, ancestor.clone(), above, &mut out, known));
+        for ancestor in chain.iter().rev() {
+            let above: Vec<EntityUid> = parents.iter().cloned().collect();
+            parents.extend(add_known(&snapshot.entities, ancestor.clone(), &above, &mut out, known));
         }
         let resource_uid = uid(resource_type, &request.resource.entity_id());
         // Attributes come from the request; parents declared in entities.json for
@@ -1013,12 +1017,40 @@ fn build_entities(
         // entities replacing the cached ones.
         let mut all: HashMap<EntityUid, Entity> = side.entities.iter().map(|e| (e.uid(), e.clone())).collect();
         all.extend(out);
-        Entities::from_entities(all.into_values(), None)
+        Entities::from_entities(all.into_values(), None).map_err(|e| e.to_string())
     } else {
-        side.entities.clone().add_entities(out.into_values(), None)
+        add_built(&side.entities, out.into_values()).map_err(|e| e.to_string())
     }
     .map_err(|e| format!("cannot build the request's entities: {e}"))?;
     Ok(Some((entities, all_ancestors)))
+}
+
+/// The principal's side with the request's entities added, without
+/// computing the transitive closure again: `Entities::add_entities` would
+/// walk every entity's ancestors on every request (a tenth of a decision's
+/// time in the profile), and the request's entities are built closed (a
+/// resource's parents are its whole chain and the declared ancestors of
+/// each link, a made ancestor's parents everything above it, the session's
+/// the principal side's closed parents). Debug builds, and so every test,
+/// check that the result is closed instead of assuming it.
+fn add_built(
+    side: &Entities,
+    built: impl IntoIterator<Item = Entity>,
+) -> Result<Entities, cedar_policy_core::entities::err::EntitiesError> {
+    use cedar_policy_core::entities::{NoEntitiesSchema, TCComputation};
+    let tc = if cfg!(debug_assertions) {
+        TCComputation::EnforceAlreadyComputed
+    } else {
+        TCComputation::AssumeAlreadyComputed
+    };
+    let core: &cedar_policy_core::entities::Entities = side.as_ref();
+    let added = core.clone().add_entities(
+        built.into_iter().map(|e| std::sync::Arc::new(e.as_ref().clone())),
+        None::<&NoEntitiesSchema>,
+        tc,
+        cedar_policy_core::extensions::Extensions::all_available(),
+    )?;
+    Ok(Entities::from(added))
 }
 
 /// The ancestor ids (nearest first) and the attributes of a resource.
