@@ -5,14 +5,14 @@
 # the store's size on disk (audit log and sled) and the live log's first record.
 #
 #   bench/long-run.sh                   # 10 million decisions, retention keeping ~1 million
-#   DECISIONS=2000000 KEEP_BYTES=24MiB bench/long-run.sh
+#   DECISIONS=2000000 KEEP_BYTES=32MiB bench/long-run.sh
 #
 # Then: the restart time with the store as it is, and `wardenctl audit verify --data` time.
-# Knobs: DECISIONS (10000000), KEEP_BYTES (retain_bytes; default 128MiB, about a million
+# Knobs: DECISIONS (10000000), KEEP_BYTES (retain_bytes; default 80MiB, about a million
 # bench-mix records), CONC (32), ROUND (10 s). Needs the peer client built by side-by-side.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DECISIONS=${DECISIONS:-10000000}; KEEP_BYTES=${KEEP_BYTES:-128MiB}; CONC=${CONC:-32}; ROUND=${ROUND:-10}
+DECISIONS=${DECISIONS:-10000000}; KEEP_BYTES=${KEEP_BYTES:-80MiB}; CONC=${CONC:-32}; ROUND=${ROUND:-10}
 BENCH=${BENCH:-$ROOT/target/peer-bench/client-target/release/peer-bench}
 [ -x "$BENCH" ] || { echo "build the load generator first: ../shared/bench/peer/side-by-side.sh ." >&2; exit 1; }
 (cd "$ROOT" && cargo build --release -q -p warden-monitor -p warden-approver-cli)
@@ -52,3 +52,4 @@ kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 t0=$(date +%s.%N)
 "$ROOT/target/release/wardenctl" audit verify --data "$TMP/data"
 echo "audit verify --data: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 3))" "$(date +%s.%N)" "$t0") s"
+echo "store: $(du -sb "$TMP/data/store" | cut -f1) bytes; audit log: $(du -sb "$TMP/data/store/audit" | cut -f1) bytes"

@@ -59,6 +59,7 @@ pub(crate) async fn audit_verify(
                 head: Head { seq: r.head_seq, hash: r.head_hash },
                 first_bad,
                 base: Head::genesis(),
+                removed_through: Default::default(),
             };
             (report, r.checkpoint.map(|c| c.public_key), hash_at)
         }

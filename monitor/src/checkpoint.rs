@@ -124,11 +124,16 @@ pub fn check_log(checkpoint: &Checkpoint, report: &VerifyReport, hash_at: Option
 }
 
 /// A log that no longer starts at record 1 (retention took its oldest
-/// segments) proves its continuity only through a checkpoint, signed by
-/// `public_key`, of the record just before the oldest left: without one,
-/// `report` names the first missing record as bad. `log` is the monitor's
-/// `checkpoints.jsonl`.
+/// segments) proves where it starts only with both: an
+/// `audit.segment-removed` record in the chain that remains naming the
+/// record just before its oldest segment as the last one taken (retention
+/// writes it, durably, before it deletes), and a checkpoint of that record,
+/// signed by `public_key`, in `log` (the monitor's `checkpoints.jsonl`).
+/// A periodic checkpoint alone is not enough: old segments deleted by hand
+/// start the log after a signed record too. Without both, `report` names
+/// the first missing record as bad.
 pub fn check_base(report: &mut VerifyReport, log: &Path, public_key: Option<&str>) {
+    // Checked even when the chain breaks later: the missing start comes first.
     if report.base.seq == 0 {
         return;
     }
@@ -141,13 +146,15 @@ pub fn check_base(report: &mut VerifyReport, log: &Path, public_key: Option<&str
                 && verify_signature(&c).is_ok()
         })
     });
-    if !vouched {
-        let why = format!(
-            "the log starts after record {}, and no checkpoint signed by this monitor's key vouches for that record: \
-             records were removed",
-            base.seq
-        );
-        report.first_bad = Some((1, why));
+    let recorded = report.removed_through.contains(&base.seq);
+    if !(vouched && recorded) {
+        let missing = match (vouched, recorded) {
+            (false, false) => "no signed checkpoint of that record and no retention record of its removal",
+            (false, true) => "no checkpoint signed by this monitor's key of that record",
+            _ => "no retention record (audit.segment-removed) of its removal",
+        };
+        report.first_bad =
+            Some((1, format!("the log starts after record {}, with {missing}: records were removed", base.seq)));
         report.head = Head::genesis();
     }
 }

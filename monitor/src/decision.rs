@@ -1019,7 +1019,7 @@ fn build_entities(
         all.extend(out);
         Entities::from_entities(all.into_values(), None).map_err(|e| e.to_string())
     } else {
-        add_built(&side.entities, out.into_values()).map_err(|e| e.to_string())
+        add_built(&side.entities, out.into_values())
     }
     .map_err(|e| format!("cannot build the request's entities: {e}"))?;
     Ok(Some((entities, all_ancestors)))
@@ -1033,10 +1033,7 @@ fn build_entities(
 /// each link, a made ancestor's parents everything above it, the session's
 /// the principal side's closed parents). Debug builds, and so every test,
 /// check that the result is closed instead of assuming it.
-fn add_built(
-    side: &Entities,
-    built: impl IntoIterator<Item = Entity>,
-) -> Result<Entities, cedar_policy_core::entities::err::EntitiesError> {
+fn add_built(side: &Entities, built: impl IntoIterator<Item = Entity>) -> Result<Entities, String> {
     use cedar_policy_core::entities::{NoEntitiesSchema, TCComputation};
     let tc = if cfg!(debug_assertions) {
         TCComputation::EnforceAlreadyComputed
@@ -1044,12 +1041,15 @@ fn add_built(
         TCComputation::AssumeAlreadyComputed
     };
     let core: &cedar_policy_core::entities::Entities = side.as_ref();
-    let added = core.clone().add_entities(
-        built.into_iter().map(|e| std::sync::Arc::new(e.as_ref().clone())),
-        None::<&NoEntitiesSchema>,
-        tc,
-        cedar_policy_core::extensions::Extensions::all_available(),
-    )?;
+    let added = core
+        .clone()
+        .add_entities(
+            built.into_iter().map(|e| std::sync::Arc::new(e.as_ref().clone())),
+            None::<&NoEntitiesSchema>,
+            tc,
+            cedar_policy_core::extensions::Extensions::all_available(),
+        )
+        .map_err(|e| e.to_string())?;
     Ok(Entities::from(added))
 }
 

@@ -283,12 +283,16 @@ impl pb::admin_server::Admin for AdminService {
         let next = if message.from_seq > 0 {
             message.from_seq
         } else if message.since_unix_ns != 0 {
-            self.monitor.store().seq_at_time(message.since_unix_ns).map_err(CallError::from)?
+            let (store, since) = (self.monitor.store().clone(), message.since_unix_ns);
+            tokio::task::spawn_blocking(move || store.seq_at_time(since))
+                .await
+                .map_err(|e| Status::internal(format!("reading the audit log: {e}")))?
+                .map_err(CallError::from)?
         } else {
             self.monitor.audit_start(u64::from(count), message.all)?
         };
         let store = self.monitor.store().clone();
-        let mut cursor = store.audit_cursor(next);
+        let mut cursor = Some(store.audit_cursor(next));
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let follow = message.follow;
         let mut shutdown = self.monitor.shutdown();
@@ -297,7 +301,22 @@ impl pb::admin_server::Admin for AdminService {
             // only say that there is more to read.
             loop {
                 loop {
-                    let page = match store.audit_page(&mut cursor, TAIL_PAGE) {
+                    // File reads, off the async threads.
+                    let Some(mut reading) = cursor.take() else { return };
+                    let reader = store.clone();
+                    let read = tokio::task::spawn_blocking(move || {
+                        let page = reader.audit_page(&mut reading, TAIL_PAGE);
+                        (reading, page)
+                    })
+                    .await;
+                    let page = match read {
+                        Ok((reading, page)) => {
+                            cursor = Some(reading);
+                            page
+                        }
+                        Err(e) => Err(crate::store::StoreError::BatchFailed(format!("reading the audit log: {e}"))),
+                    };
+                    let page = match page {
                         Ok(page) => page,
                         Err(e) => {
                             let _ = tx.send(Err(Status::from(CallError::from(e)))).await;

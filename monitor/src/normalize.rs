@@ -276,9 +276,13 @@ impl RequestInput {
         match &mut shown.resource {
             ResourceInput::Command { argv, .. } => *argv = crate::redact::argv(argv),
             ResourceInput::Http { url, .. } => *url = crate::redact::text(url),
+            ResourceInput::Tool { arguments_json, .. } => *arguments_json = crate::redact::json_text(arguments_json),
             _ => {}
         }
         shown.justification = crate::redact::text(&shown.justification);
+        if !shown.context_json.is_empty() {
+            shown.context_json = crate::redact::json_text(&shown.context_json);
+        }
         shown
     }
 }
@@ -309,7 +313,15 @@ impl NormalizedRequest {
             }
             _ => {}
         }
+        if let Resource::Tool { arguments, .. } = &mut shown.resource {
+            *arguments = crate::redact::json_text(arguments);
+        }
         shown.justification = crate::redact::text(&shown.justification);
+        let mut context = serde_json::Value::Object(std::mem::take(&mut shown.context));
+        crate::redact::json(&mut context);
+        if let serde_json::Value::Object(members) = context {
+            shown.context = members;
+        }
         shown
     }
 }

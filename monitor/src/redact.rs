@@ -32,9 +32,45 @@ static RULES: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
         (r"(?i)((?:^|\s)(?:-u|--user)\s+'?[^\s:']+:)[^\s']+".to_owned(), "${1}REDACTED"),
         // A URL's user:password@.
         (r"(://[^/\s:@]+:)[^@\s/]+@".to_owned(), "${1}REDACTED@"),
+        // A header that names a secret: `X-Api-Key: VALUE`.
+        (format!(r"(?i)((?:^|[\s'\x22]){SECRET_NAME}:\s*)[^\s'\x22]+"), "${1}REDACTED"),
     ];
     rules.into_iter().filter_map(|(pattern, with)| Regex::new(&pattern).ok().map(|re| (re, with))).collect()
 });
+
+/// A JSON value without credentials: every member whose name names a
+/// secret (`api_key`, `password`, `x-api-key`) has its value replaced, and
+/// every string as [`text`] shows it.
+pub(crate) fn json(value: &mut serde_json::Value) {
+    static SECRET_KEY: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(&format!(r"(?i)^{SECRET_NAME}$")).ok());
+    match value {
+        serde_json::Value::String(s) => *s = text(s),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(json),
+        serde_json::Value::Object(members) => {
+            for (key, member) in members.iter_mut() {
+                if SECRET_KEY.as_ref().is_some_and(|re| re.is_match(key)) && !member.is_null() {
+                    *member = serde_json::Value::String(REDACTED.to_owned());
+                } else {
+                    json(member);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// JSON text without credentials (see [`json`]), as it was when it shows
+/// none; text that is not JSON as [`text`] shows it.
+pub(crate) fn json_text(source: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(source) {
+        Ok(value) => {
+            let mut shown = value.clone();
+            json(&mut shown);
+            if shown == value { source.to_owned() } else { shown.to_string() }
+        }
+        Err(_) => text(source),
+    }
+}
 
 /// `text` with every credential it shows replaced by [`REDACTED`].
 pub(crate) fn text(text: &str) -> String {
@@ -71,7 +107,21 @@ const SECRET_FLAGS: &[&str] =
 
 #[cfg(test)]
 mod tests {
-    use super::{argv, text};
+    use super::{argv, json_text, text};
+
+    #[test]
+    fn json_loses_the_values_of_secret_members_and_credentials_in_strings() {
+        let raw = r#"{"api_key":"sk-live-123","nested":{"db_password":"p"},"headers":["X-Api-Key: sk-live-456"],"url":"https://x.example/?key=1&token=t0k","n":3}"#;
+        let shown = json_text(raw);
+        for secret in ["sk-live-123", "\"p\"", "sk-live-456", "t0k"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains(r#""n":3"#) && shown.contains("REDACTED"), "{shown}");
+        // Nothing to hide: the text as it was, not re-serialized.
+        let plain = r#"{ "path": "/tmp/a",  "b": [1, 2] }"#;
+        assert_eq!(json_text(plain), plain);
+        assert_eq!(json_text("not json token=abc"), "not json token=REDACTED");
+    }
 
     #[test]
     fn an_argv_loses_the_secret_after_its_flag() {

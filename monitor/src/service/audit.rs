@@ -87,8 +87,8 @@ impl Monitor {
             if next.first_seq > stats.replay_from {
                 break;
             }
-            let path = segment.path.clone();
-            let end = tokio::task::spawn_blocking(move || crate::store::offline_segment_end(&path))
+            let (path, first) = (segment.path.clone(), segment.first_seq);
+            let end = tokio::task::spawn_blocking(move || crate::store::offline_segment_end(&path, first))
                 .await
                 .map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))??;
             let Some((end, last_time)) = end else { break };
@@ -100,24 +100,29 @@ impl Monitor {
             if !too_old && !too_big {
                 break;
             }
-            let checkpoint = checkpoints.key.sign(&end, now);
-            append_line(&checkpoints.log, &checkpoint).map_err(|e| CallError::Store(StoreError::BatchFailed(e)))?;
-            let (store, first, archive) = (self.store.clone(), segment.first_seq, audit.archive_dir.clone());
-            tokio::task::spawn_blocking(move || store.remove_segment(first, archive.as_deref()))
-                .await
-                .map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))??;
-            total = total.saturating_sub(segment.bytes);
-            removed += 1;
             let whither = match &audit.archive_dir {
                 Some(dir) => format!("moved to {}", dir.display()),
                 None => "deleted".to_owned(),
             };
             let why = if too_old { "older than retain_days" } else { "over retain_bytes" };
-            tracing::info!(first, last = end.seq, bytes = segment.bytes, why, "audit segment {whither}");
+            // The checkpoint that closes it, then the record that says it
+            // goes (durable before anything is deleted: `check_base` wants
+            // both), then the segment.
+            let checkpoint = checkpoints.key.sign(&end, now);
+            append_line(&checkpoints.log, &checkpoint).map_err(|e| CallError::Store(StoreError::BatchFailed(e)))?;
             let entry = AuditEntry {
                 time_unix_ns: now,
-                kind: "audit.segment-removed".into(),
+                kind: crate::store::REMOVED_KIND.into(),
                 caller: "wardend".into(),
+                request: serde_json::json!({
+                    "first_seq": first,
+                    "last_seq": end.seq,
+                    "last_hash": end.hash,
+                    "bytes": segment.bytes,
+                    "archive": audit.archive_dir.as_ref().map(|d| d.display().to_string()),
+                    "why": why,
+                })
+                .to_string(),
                 reasons: vec![format!(
                     "records {first} to {} ({} bytes, {why}) {whither}; checkpoint of record {} signed",
                     end.seq, segment.bytes, end.seq
@@ -125,6 +130,13 @@ impl Monitor {
                 ..AuditEntry::default()
             };
             self.store.commit(Commit::record(entry)).await?;
+            let (store, archive) = (self.store.clone(), audit.archive_dir.clone());
+            tokio::task::spawn_blocking(move || store.remove_segment(first, archive.as_deref()))
+                .await
+                .map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))??;
+            total = total.saturating_sub(segment.bytes);
+            removed += 1;
+            tracing::info!(first, last = end.seq, bytes = segment.bytes, why, "audit segment {whither}");
         }
         Ok(removed)
     }

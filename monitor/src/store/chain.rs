@@ -75,6 +75,9 @@ pub struct VerifyReport {
     /// segments, the record before the oldest left (which a signed
     /// checkpoint must vouch for, see `checkpoint::check_base`).
     pub base: Head,
+    /// The last records of the segments that `audit.segment-removed`
+    /// records in the walked chain say retention took.
+    pub removed_through: std::collections::BTreeSet<u64>,
 }
 
 impl VerifyReport {
@@ -94,6 +97,7 @@ pub fn verify_chain<E: std::fmt::Display>(
 ) -> VerifyReport {
     let mut head = base.clone();
     let mut count = 0;
+    let mut removed_through = std::collections::BTreeSet::new();
     for item in records {
         count += 1;
         let expected_seq = head.seq + 1;
@@ -102,6 +106,7 @@ pub fn verify_chain<E: std::fmt::Display>(
             head: head.clone(),
             first_bad: Some((expected_seq, message)),
             base: base.clone(),
+            removed_through: removed_through.clone(),
         };
         let record = match item {
             Ok(record) => record,
@@ -116,10 +121,22 @@ pub fn verify_chain<E: std::fmt::Display>(
         if record.compute_hash() != record.hash {
             return bad("content does not match its hash: the record was altered".into());
         }
+        if record.kind == REMOVED_KIND
+            && let Some(last) = serde_json::from_str::<serde_json::Value>(&record.request)
+                .ok()
+                .and_then(|r| r.get("last_seq").and_then(serde_json::Value::as_u64))
+        {
+            removed_through.insert(last);
+        }
         head = Head { seq: record.seq, hash: record.hash };
     }
-    VerifyReport { records: count, head, first_bad: None, base }
+    VerifyReport { records: count, head, first_bad: None, base, removed_through }
 }
+
+/// The kind of the record retention writes before it takes a segment; its
+/// `request` is a JSON object with `first_seq`, `last_seq`, `last_hash`,
+/// `bytes`, `archive` and `why`.
+pub(crate) const REMOVED_KIND: &str = "audit.segment-removed";
 
 /// The records of a cursor up to a seq, one at a time.
 pub(crate) struct Records {
@@ -152,7 +169,9 @@ impl Iterator for Records {
     }
 }
 
-/// Walks the log in `dir` up to record `upto`, from where it starts.
+/// Walks the log in `dir` up to record `upto`, from where it starts; the
+/// chain must reach `upto` (the head the store knows): a log that ends
+/// earlier lost its newest records.
 pub(crate) fn verify_log(dir: &Path, upto: u64) -> VerifyReport {
     let mut cursor = Cursor::new(dir, 1);
     let base = match cursor.base_or_open() {
@@ -163,8 +182,16 @@ pub(crate) fn verify_log(dir: &Path, upto: u64) -> VerifyReport {
                 head: Head::genesis(),
                 first_bad: Some((1, format!("cannot read the log: {e}"))),
                 base: Head::genesis(),
+                removed_through: Default::default(),
             };
         }
     };
-    verify_chain(base, Records::new(cursor, upto))
+    let mut report = verify_chain(base, Records::new(cursor, upto));
+    if report.ok() && report.head.seq < upto {
+        report.first_bad = Some((
+            report.head.seq + 1,
+            format!("the log ends at record {} but the store's head is {upto}: records are missing", report.head.seq),
+        ));
+    }
+    report
 }

@@ -102,6 +102,15 @@ pub(crate) struct Commit {
 }
 
 impl Commit {
+    /// About how many bytes it adds to a frame (its request text counts
+    /// three times: the record's, and an approval's request as sent and
+    /// normalized).
+    pub(super) fn approx_bytes(&self) -> usize {
+        let texts: usize = self.entry.reasons.iter().map(String::len).sum::<usize>() + self.entry.resource.len();
+        let approval = if self.approval.is_some() { 2 * self.entry.request.len() } else { 0 };
+        512 + texts + self.entry.request.len() + approval
+    }
+
     /// A record with nothing else.
     pub(crate) fn record(entry: AuditEntry) -> Self {
         Self { entry, guard: Guard::None, decision: None, approval: None, grant: None, lock: None, session: None }

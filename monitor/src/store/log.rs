@@ -156,7 +156,7 @@ pub(crate) fn segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_suffix(".seg"))
-            .filter(|n| n.len() == 20)
+            .filter(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
         if let Some(first_seq) = first_seq {
             out.push(SegmentFile { first_seq, path });
@@ -585,7 +585,7 @@ impl Reader<'_, '_> {
         let count = self.count()?;
         let records = (0..count).map(|_| self.record()).collect::<Read<Vec<_>>>()?;
         let count = self.count()?;
-        let mut ops = Vec::with_capacity(count);
+        let mut ops = Vec::with_capacity(count.min(1024));
         for _ in 0..count {
             let tree = self.byte()?;
             let op = match self.byte()? {
@@ -632,6 +632,9 @@ pub(crate) enum End {
 pub(crate) struct SegmentReader {
     path: PathBuf,
     file: File,
+    /// The file's size when opened (it grows only in the newest segment,
+    /// where frames are written over zeros, not appended).
+    file_len: u64,
     /// Where the next frame starts.
     pos: u64,
     buf: Vec<u8>,
@@ -645,6 +648,20 @@ pub(crate) struct SegmentReader {
 }
 
 impl SegmentReader {
+    /// Opens a segment whose name says it starts at `first_seq`: a header
+    /// that says otherwise is damage (a file renamed or made by hand).
+    pub(crate) fn open_at(path: &Path, first_seq: u64) -> Result<Self, LogError> {
+        let reader = Self::open(path)?;
+        if reader.first_seq != first_seq {
+            return Err(LogError::Corrupt {
+                path: path.to_owned(),
+                offset: 0,
+                why: format!("its header says it starts at record {}, its name {first_seq}", reader.first_seq),
+            });
+        }
+        Ok(reader)
+    }
+
     pub(crate) fn open(path: &Path) -> Result<Self, LogError> {
         let file = File::open(path).map_err(io_error(path))?;
         let mut header = [0u8; HEADER_LEN as usize];
@@ -657,9 +674,11 @@ impl SegmentReader {
         let (seq, hash) = rest.split_at(8);
         let first_seq = u64::from_be_bytes(seq.try_into().map_err(|_| corrupt("bad header"))?);
         let prev_hash: [u8; 32] = hash.try_into().map_err(|_| corrupt("bad header"))?;
+        let file_len = file.metadata().map_err(io_error(path))?.len();
         Ok(Self {
             path: path.to_owned(),
             file,
+            file_len,
             pos: HEADER_LEN,
             buf: Vec::new(),
             buf_at: HEADER_LEN,
@@ -734,6 +753,9 @@ impl SegmentReader {
         }
         let pos = self.pos;
         for fresh in [false, true] {
+            if fresh {
+                self.file_len = self.file.metadata().map_err(io_error(&self.path))?.len();
+            }
             let header = self.fill(pos, FRAME_HEADER, fresh)?;
             let end = if let Some((len, crc)) = header
                 .split_first_chunk::<4>()
@@ -741,8 +763,8 @@ impl SegmentReader {
             {
                 if len == 0 {
                     End::Clean
-                } else if len > MAX_FRAME {
-                    End::Damaged(pos, format!("frame length {len} is not plausible"))
+                } else if len > MAX_FRAME || pos + FRAME_HEADER as u64 + u64::from(len) > self.file_len.max(pos) {
+                    End::Damaged(pos, format!("frame length {len} runs past the end of the file"))
                 } else {
                     let whole = FRAME_HEADER + len as usize;
                     let frame = self.fill(pos, whole, fresh)?;
@@ -950,7 +972,7 @@ pub(crate) fn recover(dir: &Path, replay_from: u64) -> Result<Scanned, LogError>
         if !replay && at != newest {
             continue;
         }
-        let mut reader = SegmentReader::open(&segment.path)?;
+        let mut reader = SegmentReader::open_at(&segment.path, segment.first_seq)?;
         let mut last = reader.base();
         let end = loop {
             match reader.next_frame()? {
@@ -965,20 +987,60 @@ pub(crate) fn recover(dir: &Path, replay_from: u64) -> Result<Scanned, LogError>
                 Err(end) => break end,
             }
         };
-        if let End::Damaged(offset, why) = end {
-            if at != newest {
-                return Err(LogError::Corrupt { path: segment.path.clone(), offset, why });
+        if let End::Damaged(offset, why) = &end {
+            // A torn write is the last thing in the newest segment: only
+            // zeros follow it. Damage with anything after it is not a
+            // crash's doing and is never cut off.
+            if at != newest || !only_zeros_after(&segment.path, *offset)? {
+                return Err(LogError::Corrupt { path: segment.path.clone(), offset: *offset, why: why.clone() });
             }
             tracing::warn!(file = %segment.path.display(), offset, why, "dropping an unacknowledged write at the end of the audit log");
-            let file = OpenOptions::new().write(true).open(&segment.path).map_err(io_error(&segment.path))?;
-            file.set_len(reader.good_len()).and_then(|()| file.sync_all()).map_err(io_error(&segment.path))?;
         }
-        if at == newest && reader.next_seq() == reader.first_seq() {
-            fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+        if at == newest {
+            if reader.next_seq() == reader.first_seq() {
+                // Started but never written: the writer makes it again.
+                fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+            } else {
+                // It is not written again (the writer starts the next):
+                // cut to its frames, like any sealed segment.
+                let file = OpenOptions::new().write(true).open(&segment.path).map_err(io_error(&segment.path))?;
+                if file.metadata().map_err(io_error(&segment.path))?.len() != reader.good_len() {
+                    file.set_len(reader.good_len()).and_then(|()| file.sync_all()).map_err(io_error(&segment.path))?;
+                }
+            }
         }
         head = last;
     }
     Ok(Scanned { head, ops })
+}
+
+/// Whether every byte of the segment at `path` after the damaged frame at
+/// `offset` is zero (past the frame's header when its length is not
+/// believable, else past its claimed end).
+fn only_zeros_after(path: &Path, offset: u64) -> Result<bool, LogError> {
+    let file = File::open(path).map_err(io_error(path))?;
+    let mut header = [0u8; FRAME_HEADER];
+    let read = file.read_at(&mut header, offset).map_err(io_error(path))?;
+    let claimed = u64::from(header.first_chunk::<4>().map_or(0, |len| u32::from_le_bytes(*len)));
+    let len = file.metadata().map_err(io_error(path))?.len();
+    let from = if read == FRAME_HEADER && offset + FRAME_HEADER as u64 + claimed <= len {
+        offset + FRAME_HEADER as u64 + claimed
+    } else {
+        (offset + read as u64).min(len)
+    };
+    let mut at = from;
+    let mut chunk = vec![0u8; READ_CHUNK];
+    while at < len {
+        let n = file.read_at(&mut chunk, at).map_err(io_error(path))?;
+        if n == 0 {
+            break;
+        }
+        if chunk.get(..n).unwrap_or_default().iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
 }
 
 /// The first record at or after `unix_ns` by the records' times (which
@@ -1037,11 +1099,19 @@ pub(crate) struct Cursor {
     reader: Option<SegmentReader>,
     next_seq: u64,
     pending: std::collections::VecDeque<AuditRecord>,
+    /// Damage found after records that were returned first.
+    deferred: Option<LogError>,
 }
 
 impl Cursor {
     pub(crate) fn new(dir: &Path, from_seq: u64) -> Self {
-        Self { dir: dir.to_owned(), reader: None, next_seq: from_seq.max(1), pending: Default::default() }
+        Self {
+            dir: dir.to_owned(),
+            reader: None,
+            next_seq: from_seq.max(1),
+            pending: Default::default(),
+            deferred: None,
+        }
     }
 
     /// The head before the first record this cursor reads (its first
@@ -1058,7 +1128,7 @@ impl Cursor {
         let found = segments(&self.dir)?;
         let pick = found.iter().rev().find(|s| s.first_seq <= self.next_seq).or_else(|| found.first());
         let Some(segment) = pick else { return Ok(false) };
-        let reader = SegmentReader::open(&segment.path)?;
+        let reader = SegmentReader::open_at(&segment.path, segment.first_seq)?;
         if reader.first_seq() > self.next_seq {
             self.next_seq = reader.first_seq();
         }
@@ -1067,9 +1137,24 @@ impl Cursor {
     }
 
     /// Up to `limit` records with seq at most `upto`; empty when there are
-    /// none yet.
+    /// none yet. Records read before damage are returned first, the damage
+    /// at the next call.
     pub(crate) fn next_page(&mut self, upto: u64, limit: usize) -> Result<Vec<AuditRecord>, LogError> {
+        if let Some(error) = self.deferred.take() {
+            return Err(error);
+        }
         let mut out = Vec::new();
+        match self.fill_page(upto, limit, &mut out) {
+            Err(error) if !out.is_empty() => {
+                self.deferred = Some(error);
+                Ok(out)
+            }
+            Err(error) => Err(error),
+            Ok(()) => Ok(out),
+        }
+    }
+
+    fn fill_page(&mut self, upto: u64, limit: usize, out: &mut Vec<AuditRecord>) -> Result<(), LogError> {
         while out.len() < limit {
             if let Some(record) = self.pending.front() {
                 if record.seq > upto {
@@ -1095,10 +1180,24 @@ impl Cursor {
                 Err(end) => {
                     // The segment ends here for now: the next one, if the
                     // writer has started it, goes on.
-                    let next = segment_path(&self.dir, reader.next_seq());
+                    let expected = reader.next_seq();
+                    let next = segment_path(&self.dir, expected);
                     if next != reader.path() && next.exists() {
-                        self.reader = Some(SegmentReader::open(&next)?);
+                        self.reader = Some(SegmentReader::open_at(&next, expected)?);
                         continue;
+                    }
+                    // A later segment without this one: records are missing.
+                    if matches!(end, End::Clean)
+                        && let Some(later) = segments(&self.dir)?.into_iter().find(|s| s.first_seq > expected)
+                    {
+                        return Err(LogError::Corrupt {
+                            path: later.path,
+                            offset: 0,
+                            why: format!(
+                                "records {expected} to {} are missing: no segment starts at {expected}",
+                                later.first_seq - 1
+                            ),
+                        });
                     }
                     if let End::Damaged(offset, why) = end
                         && self.next_seq <= upto
@@ -1109,7 +1208,7 @@ impl Cursor {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 

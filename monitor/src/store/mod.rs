@@ -44,6 +44,7 @@ mod tests;
 pub(crate) mod wal;
 mod writer;
 
+pub(crate) use self::chain::REMOVED_KIND;
 pub use self::chain::{VerifyReport, verify_chain};
 pub use self::commit::Head;
 pub(crate) use self::commit::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange};
@@ -83,6 +84,9 @@ const APPROVAL_EVENTS: usize = 1024;
 
 /// Most commits taken into one batch.
 const MAX_BATCH: usize = 1024;
+
+/// A batch stops taking commits once they come to about this many bytes.
+const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 
 /// A store failure. Callers fail closed on it.
 #[derive(Debug, thiserror::Error)]

@@ -27,7 +27,7 @@ impl StoppedStore {
 
     /// Walks the chain (see [`verify_chain`]).
     pub fn verify(&self) -> VerifyReport {
-        chain::verify_log(&self.log_dir, u64::MAX)
+        chain::verify_log(&self.log_dir, self.head.seq)
     }
 
     /// Records from `from_seq` on, in order.
@@ -124,23 +124,28 @@ pub(super) fn stats(log_dir: &Path, replay_from: u64) -> Result<LogStats, StoreE
     Ok(LogStats { segments, replay_from })
 }
 
-/// The last record of the sealed segment at `path`: its head and time.
-pub(crate) fn segment_end(path: &Path) -> Result<Option<(Head, i64)>, StoreError> {
-    let mut reader = log::SegmentReader::open(path)?;
-    let mut last = None;
+/// The last record of the sealed segment at `path` (its head and time),
+/// once its own chain is checked: every record links to the one before,
+/// from the header's hash, and matches its hash. Retention signs this head
+/// before the segment goes, so it must not sign over tampering.
+pub(crate) fn segment_end(path: &Path, first_seq: u64) -> Result<Option<(Head, i64)>, StoreError> {
+    let mut reader = log::SegmentReader::open_at(path, first_seq)?;
+    let mut records = Vec::new();
     loop {
         match reader.next_frame()? {
-            Ok(frame) => {
-                if let Some(record) = frame.records.last() {
-                    last = Some((Head { seq: record.seq, hash: record.hash.clone() }, record.time_unix_ns));
-                }
-            }
-            Err(log::End::Clean) => return Ok(last),
+            Ok(frame) => records.extend(frame.records),
+            Err(log::End::Clean) => break,
             Err(log::End::Damaged(offset, why)) => {
                 return Err(LogError::Corrupt { path: path.to_owned(), offset, why }.into());
             }
         }
     }
+    let last_time = records.last().map(|r| r.time_unix_ns);
+    let report = verify_chain(reader.base(), records.into_iter().map(Ok::<_, String>));
+    if let Some((seq, why)) = report.first_bad {
+        return Err(StoreError::Corrupt { tree: "audit log", key: seq.to_string(), message: why });
+    }
+    Ok(last_time.filter(|_| report.records > 0).map(|time| (report.head, time)))
 }
 
 pub(super) fn remove_segment(
@@ -168,6 +173,14 @@ pub(super) fn remove_segment(
     let Some(path) = found.get(at).map(|s| &s.path) else { return Ok(()) };
     if let Some(archive) = archive {
         std::fs::create_dir_all(archive).map_err(log::io_error(archive))?;
+        let same = std::fs::canonicalize(archive).ok() == std::fs::canonicalize(log_dir).ok();
+        if same {
+            return Err(StoreError::Corrupt {
+                tree: "audit log",
+                key: archive.display().to_string(),
+                message: "archive_dir is the live log's folder".into(),
+            });
+        }
         let to = archive.join(path.file_name().unwrap_or_default());
         // Copied and synced before the live one goes: a crash leaves both,
         // never neither.

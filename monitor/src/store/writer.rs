@@ -68,10 +68,17 @@ impl WriteLoop {
                     None => break,
                 },
             };
+            // Bounded in bytes too: a frame must stay far below what a
+            // reader believes (a batch of the largest requests, each with its
+            // approval, would otherwise run past a gigabyte).
+            let mut bytes = first.commit.approx_bytes();
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
+            while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
                 match rx.try_recv() {
-                    Ok(job) => batch.push(job),
+                    Ok(job) => {
+                        bytes += job.commit.approx_bytes();
+                        batch.push(job);
+                    }
                     Err(_) => break,
                 }
             }

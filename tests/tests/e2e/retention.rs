@@ -118,3 +118,75 @@ async fn without_an_archive_old_segments_are_deleted_and_kept_ones_are_whole() {
     }
     eventually("the chain verifies", || async { monitor.verify().await.ok.then_some(()) }).await;
 }
+
+/// A monitor with small segments, stopped after enough decisions for
+/// several of them.
+async fn stopped_with_segments(count: usize) -> TestMonitor {
+    let audit = AuditConfig { segment_bytes: SEGMENT, ..AuditConfig::default() };
+    let mut monitor = TestMonitor::start_with_audit(audit).await;
+    decide_until(&monitor, async |m: &TestMonitor| live_segments(m).len() >= count).await;
+    monitor.stop_server().await;
+    monitor
+}
+
+fn offline(monitor: &TestMonitor) -> Result<warden_monitor::store::VerifyReport, String> {
+    warden_monitor::verify::verify_offline(monitor.data.path(), None).map(|r| r.report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_taken_from_the_middle_is_reported_missing() {
+    let monitor = stopped_with_segments(4).await;
+    assert!(offline(&monitor).unwrap().ok());
+    let segments = live_segments(&monitor);
+    std::fs::remove_file(monitor.store_dir().join("audit").join(&segments[1].0)).unwrap();
+    let report = offline(&monitor).unwrap();
+    let (seq, why) = report.first_bad.expect("a missing segment is caught");
+    assert!(why.contains("missing"), "{why}");
+    let second: u64 = segments[1].0.trim_end_matches(".seg").parse().unwrap();
+    assert_eq!(seq, second, "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_segments_deleted_by_hand_are_not_vouched_for_by_a_periodic_checkpoint() {
+    let mut monitor = stopped_with_segments(3).await;
+    // The shutdown checkpoint signs the head; the next start begins a
+    // segment right after it.
+    monitor.launch_again().await;
+    monitor
+        .harness()
+        .await
+        .authorize(&Actor::new("alice", "claude-code", "s"), ActionRequest::read_file("/home/alice/project/x"))
+        .await
+        .unwrap();
+    monitor.stop_server().await;
+    let segments = live_segments(&monitor);
+    for (name, _) in &segments[..segments.len() - 1] {
+        std::fs::remove_file(monitor.store_dir().join("audit").join(name)).unwrap();
+    }
+    let report = offline(&monitor).unwrap();
+    let (_, why) = report.first_bad.expect("the start is not vouched for");
+    assert!(why.contains("no retention record") && why.contains("records were removed"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_in_the_newest_segment_is_refused_not_cut_off() {
+    let monitor = stopped_with_segments(2).await;
+    let newest = monitor.store_dir().join("audit").join(&live_segments(&monitor).last().unwrap().0);
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let len = bytes.len();
+    // Inside the first frame (after the 48-byte header), with more after it.
+    let at = 48 + 30;
+    bytes[at] ^= 0x40;
+    std::fs::write(&newest, &bytes).unwrap();
+    let error = offline(&monitor).unwrap_err();
+    assert!(error.contains("damaged"), "{error}");
+    assert_eq!(std::fs::metadata(&newest).unwrap().len() as usize, len, "nothing was cut off");
+
+    // A segment under another name than its header's is refused too.
+    bytes[at] ^= 0x40;
+    std::fs::write(&newest, &bytes).unwrap();
+    assert!(offline(&monitor).unwrap().ok());
+    std::fs::rename(&newest, monitor.store_dir().join("audit").join(format!("{:020}.seg", 999_999))).unwrap();
+    let error = offline(&monitor).unwrap_err();
+    assert!(error.contains("its header says it starts at record"), "{error}");
+}

@@ -167,6 +167,11 @@ impl TestMonitor {
         self.server = Some(server);
     }
 
+    /// Starts the monitor again after `stop_server` (same data and port).
+    pub async fn launch_again(&mut self) {
+        self.launch().await;
+    }
+
     /// Stops the monitor (flushing the store) and starts it again on the
     /// same data folder and port.
     pub async fn restart(&mut self) {
