@@ -28,9 +28,9 @@ start() {
     --config "$TMP/wardend.toml" >>"$TMP/wardend.log" 2>&1 &
   PID=$!
   until [ -s "$TMP/data/harness.token" ] && (exec 3<>/dev/tcp/127.0.0.1/50161) 2>/dev/null; do sleep 0.02; done
-  python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 3))" "$(date +%s.%N)" "$t0"
+  STARTED=$(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 3))" "$(date +%s.%N)" "$t0")
 }
-start >/dev/null
+start
 export WARDEN_TOKEN; WARDEN_TOKEN=$(tr -d '\n' <"$TMP/data/harness.token")
 done_n=0; t=0
 printf '%6s %12s %9s %9s %10s %10s\n' t_s decisions rate_rps rss_MiB store_MiB first_seq
@@ -47,7 +47,8 @@ done
 kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 segs=$(ls "$TMP/data/store/audit" | grep -c '\.seg$'); bytes=$(du -sb "$TMP/data/store/audit" | cut -f1)
 echo "live audit log: $segs segments, $bytes bytes"
-echo "restart with the full store: $(start) s"
+start
+echo "restart with the full store: $STARTED s"
 kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 t0=$(date +%s.%N)
 "$ROOT/target/release/wardenctl" audit verify --data "$TMP/data"

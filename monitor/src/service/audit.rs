@@ -87,6 +87,11 @@ impl Monitor {
             if next.first_seq > stats.replay_from {
                 break;
             }
+            // Over the byte bound, or possibly old enough: only then is the
+            // segment read (its end's time, its chain checked).
+            if audit.retain_days.is_none() && !audit.retain_bytes.is_some_and(|limit| total > limit) {
+                break;
+            }
             let (path, first) = (segment.path.clone(), segment.first_seq);
             let end = tokio::task::spawn_blocking(move || crate::store::offline_segment_end(&path, first))
                 .await

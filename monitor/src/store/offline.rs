@@ -130,18 +130,28 @@ pub(super) fn stats(log_dir: &Path, replay_from: u64) -> Result<LogStats, StoreE
 /// before the segment goes, so it must not sign over tampering.
 pub(crate) fn segment_end(path: &Path, first_seq: u64) -> Result<Option<(Head, i64)>, StoreError> {
     let mut reader = log::SegmentReader::open_at(path, first_seq)?;
-    let mut records = Vec::new();
-    loop {
-        match reader.next_frame()? {
-            Ok(frame) => records.extend(frame.records),
-            Err(log::End::Clean) => break,
-            Err(log::End::Damaged(offset, why)) => {
-                return Err(LogError::Corrupt { path: path.to_owned(), offset, why }.into());
-            }
+    let base = reader.base();
+    // A frame at a time: a sealed segment holds a few hundred thousand
+    // records, which would take hundreds of megabytes at once.
+    let mut failure: Option<LogError> = None;
+    let mut last_time = None;
+    let frames = std::iter::from_fn(|| match reader.next_frame() {
+        Ok(Ok(frame)) => Some(frame.records),
+        Ok(Err(log::End::Clean)) => None,
+        Ok(Err(log::End::Damaged(offset, why))) => {
+            failure = Some(LogError::Corrupt { path: path.to_owned(), offset, why });
+            None
         }
+        Err(e) => {
+            failure = Some(e);
+            None
+        }
+    });
+    let records = frames.flatten().inspect(|r| last_time = Some(r.time_unix_ns)).map(Ok::<_, String>);
+    let report = verify_chain(base, records);
+    if let Some(e) = failure {
+        return Err(e.into());
     }
-    let last_time = records.last().map(|r| r.time_unix_ns);
-    let report = verify_chain(reader.base(), records.into_iter().map(Ok::<_, String>));
     if let Some((seq, why)) = report.first_bad {
         return Err(StoreError::Corrupt { tree: "audit log", key: seq.to_string(), message: why });
     }

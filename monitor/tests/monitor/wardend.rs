@@ -243,6 +243,10 @@ async fn metrics_are_scraped_on_their_own_listener() {
         // Three answered, one refused for its token (UNAUTHENTICATED, 16).
         "warden_grpc_requests_total{method=\"/warden.v1.Authority/Authorize\",code=\"0\"} 3",
         "warden_grpc_requests_total{method=\"/warden.v1.Authority/Authorize\",code=\"16\"} 1",
+        // Three decisions and the approval each had a record appended.
+        "warden_audit_append_seconds_count 3",
+        "warden_audit_durable_lag_records 0",
+        "warden_audit_log_segments 1",
     ] {
         assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
     }
@@ -252,6 +256,12 @@ async fn metrics_are_scraped_on_their_own_listener() {
         .and_then(|v| v.parse().ok())
         .expect("warden_data_bytes");
     assert!(bytes > 0);
+    let log_bytes: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("warden_audit_log_bytes "))
+        .and_then(|v| v.parse().ok())
+        .expect("warden_audit_log_bytes");
+    assert!(log_bytes > 48, "the live segment's size: {log_bytes}");
     // Only /metrics, and never on the gRPC port.
     let other = metrics.replace("/metrics", "/other");
     let grpc = format!("{endpoint}/metrics");
