@@ -89,7 +89,7 @@ impl Monitor {
             }
             // Over the byte bound, or possibly old enough: only then is the
             // segment read (its end's time, its chain checked).
-            if audit.retain_days.is_none() && !audit.retain_bytes.is_some_and(|limit| total > limit) {
+            if audit.retain_days.is_none() && audit.retain_bytes.is_none_or(|limit| total <= limit) {
                 break;
             }
             let (path, first) = (segment.path.clone(), segment.first_seq);
