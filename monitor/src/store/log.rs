@@ -905,6 +905,11 @@ impl LogWriter {
         self.first_seq
     }
 
+    /// The seq the next record written will have.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.state.next_seq
+    }
+
     /// The bytes written to the current segment.
     pub(crate) fn len(&self) -> u64 {
         self.len

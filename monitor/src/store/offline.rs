@@ -56,32 +56,7 @@ impl StoppedStore {
         if staging.exists() {
             std::fs::remove_dir_all(&staging).map_err(log::io_error(&staging))?;
         }
-        let mut writer: Option<LogWriter> = None;
-        let mut last_seq = None;
-        for record in records {
-            let base = Head { seq: record.seq.saturating_sub(1), hash: record.prev_hash.clone() };
-            match writer.as_mut() {
-                Some(log) if last_seq == Some(record.seq.wrapping_sub(1)) => {
-                    let frame = log.frame(&[record], &[]);
-                    log.append(&frame)?;
-                }
-                Some(log) => {
-                    log.rotate(&base, None)?.seal().map_err(log::io_error(&staging))?;
-                    let frame = log.frame(&[record], &[]);
-                    log.append(&frame)?;
-                }
-                None => {
-                    let log =
-                        writer.insert(LogWriter::create(&staging, &base, false, None, log::DEFAULT_SEGMENT_BYTES)?);
-                    let frame = log.frame(&[record], &[]);
-                    log.append(&frame)?;
-                }
-            }
-            last_seq = Some(record.seq);
-        }
-        if let Some(log) = writer {
-            log::Sealed { file: log.file(), len: log.len() }.seal().map_err(log::io_error(&staging))?;
-        }
+        write_log(&staging, records.iter().cloned().map(Ok))?;
         std::fs::remove_dir_all(&self.log_dir).map_err(log::io_error(&self.log_dir))?;
         if staging.exists() {
             std::fs::rename(&staging, &self.log_dir).map_err(log::io_error(&self.log_dir))?;
@@ -111,6 +86,48 @@ pub struct SegmentStat {
     pub bytes: u64,
     /// The file.
     pub path: PathBuf,
+}
+
+/// Writes `records` (in seq order) as a new log in `dir`: frames of up to
+/// a thousand records, a new segment when one is full or the numbering has
+/// a gap (where verification reports it), every segment sealed. For
+/// migration from an earlier version's sled tree, and for
+/// [`StoppedStore::rewrite`].
+pub(super) fn write_log(
+    dir: &Path,
+    records: impl Iterator<Item = Result<AuditRecord, StoreError>>,
+) -> Result<(), StoreError> {
+    let mut writer: Option<LogWriter> = None;
+    let mut batch: Vec<AuditRecord> = Vec::new();
+    let write = |writer: &mut Option<LogWriter>, batch: &mut Vec<AuditRecord>| -> Result<(), StoreError> {
+        let Some(first) = batch.first() else { return Ok(()) };
+        let base = Head { seq: first.seq.saturating_sub(1), hash: first.prev_hash.clone() };
+        let log = match writer.as_mut() {
+            Some(log) if !log.full() && log.next_seq() == first.seq => log,
+            Some(log) => {
+                log.rotate(&base, None)?.seal().map_err(log::io_error(dir))?;
+                log
+            }
+            None => writer.insert(LogWriter::create(dir, &base, false, None, log::DEFAULT_SEGMENT_BYTES)?),
+        };
+        let refs: Vec<&AuditRecord> = batch.iter().collect();
+        let frame = log.frame(&refs, &[]);
+        log.append(&frame)?;
+        batch.clear();
+        Ok(())
+    };
+    for record in records {
+        let record = record?;
+        if batch.last().is_some_and(|last| last.seq + 1 != record.seq) || batch.len() == 1000 {
+            write(&mut writer, &mut batch)?;
+        }
+        batch.push(record);
+    }
+    write(&mut writer, &mut batch)?;
+    if let Some(log) = writer {
+        log::Sealed { file: log.file(), len: log.len() }.seal().map_err(log::io_error(dir))?;
+    }
+    Ok(())
 }
 
 pub(super) fn stats(log_dir: &Path, replay_from: u64) -> Result<LogStats, StoreError> {

@@ -106,55 +106,13 @@ fn migrate(dir: &Path, db: &sled::Db, trees: &Trees, db_file: Option<&File>) -> 
         if staging.exists() {
             std::fs::remove_dir_all(&staging).map_err(log::io_error(&staging))?;
         }
-        let mut writer: Option<LogWriter> = None;
-        let mut batch: Vec<AuditRecord> = Vec::new();
-        let flush = |writer: &mut Option<LogWriter>, batch: &mut Vec<AuditRecord>| -> Result<(), StoreError> {
-            let Some(first) = batch.first() else { return Ok(()) };
-            let log = match writer.as_mut() {
-                Some(log) if !log.full() => log,
-                Some(log) => {
-                    let base = Head { seq: first.seq - 1, hash: first.prev_hash.clone() };
-                    log.rotate(&base, None)?.seal().map_err(log::io_error(&staging))?;
-                    log
-                }
-                None => writer.insert(LogWriter::create(
-                    &staging,
-                    &Head { seq: first.seq - 1, hash: first.prev_hash.clone() },
-                    false,
-                    None,
-                    log::DEFAULT_SEGMENT_BYTES,
-                )?),
-            };
-            let refs: Vec<&AuditRecord> = batch.iter().collect();
-            let frame = log.frame(&refs, &[]);
-            log.append(&frame)?;
-            batch.clear();
-            Ok(())
-        };
-        for item in trees.audit.iter() {
-            let (key, value) = item?;
-            let record = decode_record(&key, &value)?;
-            // The log numbers records by their order: a gap starts a new
-            // segment, where verification reports it.
-            if let Some(last) = batch.last()
-                && last.seq + 1 != record.seq
-            {
-                flush(&mut writer, &mut batch)?;
-                if let Some(log) = writer.as_mut() {
-                    let base = Head { seq: record.seq - 1, hash: record.prev_hash.clone() };
-                    log.rotate(&base, None)?.seal().map_err(log::io_error(&staging))?;
-                }
-            }
-            batch.push(record);
-            if batch.len() == 1000 {
-                flush(&mut writer, &mut batch)?;
-            }
-        }
-        flush(&mut writer, &mut batch)?;
-        if let Some(log) = writer.take() {
-            let sealed = log::Sealed { file: log.file(), len: log.len() };
-            sealed.seal().map_err(log::io_error(&staging))?;
-        }
+        offline::write_log(
+            &staging,
+            trees.audit.iter().map(|item| {
+                let (key, value) = item?;
+                decode_record(&key, &value)
+            }),
+        )?;
         log::sync_dir(&staging)?;
         std::fs::rename(&staging, &log_dir).map_err(log::io_error(&log_dir))?;
         log::sync_dir(dir)?;
