@@ -473,7 +473,7 @@ impl Expander<'_> {
 
     /// Walks a script's commands; `false` when it cannot be read.
     fn script(&mut self, text: &str, cwd: &mut Cwd, depth: usize) -> bool {
-        if depth > MAX_DEPTH || text.len() > MAX_SCRIPT_BYTES || nesting(text) > MAX_NESTING {
+        if depth > MAX_DEPTH || text.len() > MAX_SCRIPT_BYTES || nesting(text) > MAX_NESTING || unusual_controls(text) {
             return false;
         }
         let options = parser_options();
@@ -1162,6 +1162,16 @@ fn merge(a: &Cwd, b: &Cwd) -> Cwd {
 }
 
 /// The deepest nesting of brackets, quotes aside (an over-count is safe).
+/// Control characters other than tab and newline (a carriage return, a
+/// form feed …) are not handed to the parser (opaque): brush-parser 0.4
+/// loops without end, allocating until the process dies, on a
+/// here-document whose tag is a carriage return or a form feed at the end
+/// of the script (`cat <<\r `), which any harness could send. Scripts that
+/// people and agents write hold none.
+fn unusual_controls(text: &str) -> bool {
+    text.chars().any(|c| c.is_ascii_control() && c != '\t' && c != '\n')
+}
+
 fn nesting(text: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     for c in text.chars() {

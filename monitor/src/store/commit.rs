@@ -195,6 +195,58 @@ impl Overlay {
     }
 }
 
+/// The state of batches written to the log but not yet synced, oldest
+/// first. A batch's state changes reach the trees only once its frame is
+/// durable (the sync thread applies them, then answers): sled writes its
+/// buffers to disk on its own, and after a power loss it must never hold
+/// the state of a record the log lost, whose seq would then be given again.
+/// Until then the writer plans later batches against this.
+#[derive(Default)]
+pub(super) struct InFlight(Mutex<std::collections::VecDeque<Overlay>>);
+
+impl InFlight {
+    fn batches(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Overlay>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A batch written to the log (the writer, before handing it on).
+    pub(super) fn push(&self, overlay: Overlay) {
+        self.batches().push_back(overlay);
+    }
+
+    /// The oldest batch is in the trees now (the sync thread, after
+    /// applying it): from here on the trees answer for it.
+    pub(super) fn applied(&self) {
+        self.batches().pop_front();
+    }
+
+    /// The newest in-flight value `pick` finds, if any batch has one.
+    fn newest<T>(&self, pick: impl Fn(&Overlay) -> Option<T>) -> Option<T> {
+        self.batches().iter().rev().find_map(pick)
+    }
+
+    pub(super) fn request(&self, key: &[u8]) -> Option<Remembered> {
+        self.newest(|o| o.requests.get(key).cloned())
+    }
+
+    pub(super) fn approval(&self, id: &str) -> Option<ApprovalRecord> {
+        self.newest(|o| o.approvals.get(id).cloned())
+    }
+
+    pub(super) fn session(&self, key: &SessionKey) -> Option<SessionRecord> {
+        self.newest(|o| o.sessions.get(key).cloned())
+    }
+
+    /// A lock put (`Some(Some)`) or removed (`Some(None)`) in flight.
+    pub(super) fn lock(&self, target: &str) -> Option<Option<Lock>> {
+        self.newest(|o| o.locks.get(target).cloned())
+    }
+
+    pub(super) fn has_locks(&self) -> bool {
+        self.batches().iter().any(|o| !o.locks.is_empty())
+    }
+}
+
 pub(super) struct Write {
     pub(super) record: AuditRecord,
     pub(super) decision: Option<DecisionRecord>,

@@ -160,11 +160,10 @@ impl Trees {
     ///
     /// Plain inserts, not a sled transaction or batch: in sled 0.34 either
     /// writes out sled's current log buffer on every call, which cost more
-    /// than the whole decision. After a killed process, atomicity comes from
-    /// the write-ahead log, whose frame holds the whole batch and is applied
-    /// again on open. After a power loss, sled may also hold a prefix of a
-    /// batch whose frame was not yet synced (sled writes its buffers on its
-    /// own): never acknowledged, its audit records first (applied first).
+    /// than the whole decision. Atomicity comes from the audit log, whose
+    /// frame holds the whole batch, is durable before the batch is applied
+    /// (so sled, which writes its buffers on its own, never holds more than
+    /// the log), and is applied again on open.
     pub(super) fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         for op in ops {
             let tree = self.by_no(op.tree).ok_or_else(|| StoreError::Corrupt {

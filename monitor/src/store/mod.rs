@@ -4,12 +4,13 @@
 //!
 //! One writer task owns the chain head. Callers hand it a commit and wait;
 //! it takes every commit waiting at that moment, appends their records and
-//! state changes to the audit log as one frame, applies the state changes
-//! to the sled trees in memory, and hands the batch to the sync thread,
-//! which fdatasyncs the segment (group commit) and only then answers each.
-//! So nobody is told about a write that is not on disk, concurrent requests
-//! share one sync instead of paying one each, and the next batch is written
-//! while the previous one is being synced. sled itself is flushed only when
+//! state changes to the audit log as one frame, and hands the batch to the
+//! sync thread, which fdatasyncs the segment (group commit), only then
+//! applies the state changes to the sled trees, and answers each. So
+//! nobody is told about a write that is not on disk, sled never holds
+//! state whose record a power loss could take, concurrent requests share
+//! one sync instead of paying one each, and the next batch is written
+//! (planned against the ones in flight) while the previous one is synced. sled itself is flushed only when
 //! a segment is sealed and on shutdown; opening the store applies again the
 //! state changes of the segments written since.
 
@@ -144,6 +145,9 @@ pub(crate) struct Store {
     flushed: watch::Receiver<u64>,
     writer: mpsc::Sender<Job>,
     approval_events: broadcast::Sender<ApprovalEvent>,
+    /// Held by a test to keep batches from becoming durable.
+    #[cfg(test)]
+    sync_pause: Arc<Mutex<()>>,
 }
 
 /// Stops the writer when the monitor shuts down.
@@ -206,8 +210,15 @@ impl Store {
         let failed = Arc::new(OnceLock::new());
         let (to_sync, sync_rx) = mpsc::unbounded_channel();
         let (sync_done, sync_finished) = oneshot::channel();
+        let in_flight = Arc::new(InFlight::default());
+        #[cfg(test)]
+        let sync_pause = Arc::new(Mutex::new(()));
         let sync = Arc::new(SyncLoop {
             fsync: durability == Durability::Fsync,
+            trees: trees.clone(),
+            in_flight: Arc::clone(&in_flight),
+            #[cfg(test)]
+            pause: Arc::clone(&sync_pause),
             flushed: flushed_tx,
             durable_head: Arc::clone(&durable_head),
             approval_events: approval_events.clone(),
@@ -235,6 +246,8 @@ impl Store {
                 to_sync: Some(to_sync),
                 answer_now,
                 sync_finished,
+                in_flight,
+                durable: flushed.clone(),
                 failed,
             }
             .run(rx, closing, head),
@@ -256,6 +269,8 @@ impl Store {
             flushed,
             writer,
             approval_events,
+            #[cfg(test)]
+            sync_pause,
         };
         Ok((store, StoreCloser { close, task }))
     }

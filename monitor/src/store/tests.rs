@@ -296,3 +296,77 @@ async fn an_altered_or_missing_record_is_named() {
     let report = verify_chain(Head::genesis(), gapped.into_iter().map(Ok::<_, String>));
     assert_eq!(report.first_bad.map(|(seq, _)| seq), Some(2));
 }
+
+/// A batch's state reaches sled only once its frame is durable: sled
+/// writes its buffers on its own, and after a power loss it must not hold
+/// what the log lost. Meanwhile later batches are planned against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard holds the sync thread (a thread of its own) while the test awaits.
+#[allow(clippy::await_holding_lock)]
+async fn state_reaches_sled_only_once_durable_and_later_batches_see_it_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, closer) = Store::open(dir.path()).unwrap();
+    let store = Arc::new(store);
+    let actor = Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() };
+    let paused = store.sync_pause.lock().unwrap();
+    let in_log = |seq: u64| {
+        let store = Arc::clone(&store);
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while store.written.load(Ordering::Acquire) < seq {
+                assert!(std::time::Instant::now() < deadline, "record {seq} never reached the log");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+    };
+
+    // A decision remembered under its request id, and a lock: in the log,
+    // not yet synced.
+    let first = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.commit(entry(1)).await }
+    });
+    in_log(1).await;
+    let lock = Lock { target: "session:s1".into(), reason: "stop".into(), locked_by: "sec".into(), locked_unix_ns: 0 };
+    let locking = tokio::spawn({
+        let store = Arc::clone(&store);
+        let commit = Commit {
+            lock: Some(LockChange::Put(lock)),
+            ..Commit::record(AuditEntry { kind: "lock".into(), ..AuditEntry::default() })
+        };
+        async move { store.commit(commit).await }
+    });
+    in_log(2).await;
+    assert_eq!(store.remembered("h", "r1", 0).unwrap(), None, "sled holds a decision that is not durable");
+    assert!(store.trees.locks.is_empty(), "sled holds a lock that is not durable");
+
+    // Later batches, planned while those are in flight, see them: the same
+    // request is a replay, and an ALLOW of the locked session a DENY.
+    let replay = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.commit(entry(1)).await }
+    });
+    let mut late = entry(2);
+    late.entry.actor = Some(actor);
+    let late = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.commit(late).await }
+    });
+    in_log(3).await;
+    assert!(!first.is_finished() && !replay.is_finished(), "answered before durable");
+    drop(paused);
+
+    let Committed::New { seq: 1, .. } = first.await.unwrap().unwrap() else { panic!("the first decision") };
+    locking.await.unwrap().unwrap();
+    let Committed::Replay(replayed) = replay.await.unwrap().unwrap() else { panic!("not a replay") };
+    assert_eq!(replayed.audit_seq, 1);
+    let Committed::New { decision: Some(decision), seq: 3, .. } = late.await.unwrap().unwrap() else {
+        panic!("the late decision")
+    };
+    assert_eq!(decision.outcome, Outcome::Deny);
+    // Durable now, so in sled.
+    assert_eq!(store.remembered("h", "r1", 0).unwrap().unwrap().decision.audit_seq, 1);
+    assert!(store.trees.locks.get(b"session:s1").unwrap().is_some());
+    drop(Arc::into_inner(store).unwrap());
+    closer.close().await.unwrap();
+}

@@ -1,4 +1,4 @@
-//! The writer task: the only code that appends (plans each batch against the store, encodes it as one log frame, applies it to the trees).
+//! The writer task: the only code that appends (plans each batch against the store and the batches in flight, encodes it as one log frame, hands it to the sync thread).
 
 use super::*;
 
@@ -8,7 +8,8 @@ pub(super) fn prepare_spare(log: &LogWriter) -> tokio::task::JoinHandle<Result<l
     tokio::task::spawn_blocking(move || log::prepare_segment(&dir, size))
 }
 
-/// A batch written to the log and applied, waiting for its sync.
+/// A batch written to the log, waiting for its sync; its state changes are
+/// applied to the trees after it.
 pub(super) struct Appended {
     /// The segment it is in.
     pub(super) file: Arc<File>,
@@ -18,6 +19,8 @@ pub(super) struct Appended {
     pub(super) hash: String,
     pub(super) answers: Vec<(Reply, Committed)>,
     pub(super) writes: Vec<Write>,
+    /// Its state changes, for the trees once it is durable.
+    pub(super) ops: Vec<Op>,
 }
 
 /// The writer task: the only code that appends.
@@ -43,6 +46,10 @@ pub(super) struct WriteLoop {
     /// gets: the writer answers it itself, without a hop to the sync thread.
     pub(super) answer_now: Option<Arc<SyncLoop>>,
     pub(super) sync_finished: oneshot::Receiver<()>,
+    /// Batches written and not yet in the trees (shared with the sync thread).
+    pub(super) in_flight: Arc<InFlight>,
+    /// The durable watermark: every batch up to it is in the trees.
+    pub(super) durable: watch::Receiver<u64>,
     /// Set once anything failed after a batch reached the log: what is on
     /// disk is then unknown, so nothing more is accepted.
     pub(super) failed: Arc<OnceLock<String>>,
@@ -113,9 +120,10 @@ impl WriteLoop {
         }
     }
 
-    /// Plans every job against the store and the batch so far, appends the
-    /// batch to the log, applies it to the trees, and hands it to the sync
-    /// thread, which answers. Returns the new head.
+    /// Plans every job against the store, the batches in flight and the
+    /// batch so far, appends the batch to the log and hands it to the sync
+    /// thread, which applies it to the trees once it is durable and then
+    /// answers. Returns the new head.
     pub(super) fn write_batch(&mut self, batch: Vec<Job>, head: Head) -> Head {
         if let Some(why) = self.failed.get() {
             for Job { reply, .. } in batch {
@@ -156,11 +164,15 @@ impl WriteLoop {
         } else {
             let records: Vec<&AuditRecord> = writes.iter().map(|w| &w.record).collect();
             let frame = self.log.frame(&records, &ops);
-            let ops: Vec<Op> = ops.iter().map(LogOp::to_op).collect();
-            self.log.append(&frame).map_err(StoreError::from).and_then(|()| self.trees.apply(&ops))
+            self.log.append(&frame).map_err(StoreError::from)
         };
         let sent = written.and_then(|()| {
-            let appended = Appended { file: self.log.file(), seq: next.seq, hash: next.hash.clone(), answers, writes };
+            // In flight until the sync thread has applied it: one entry per
+            // batch handed on, in order.
+            self.in_flight.push(overlay);
+            let ops = ops.iter().map(LogOp::to_op).collect();
+            let appended =
+                Appended { file: self.log.file(), seq: next.seq, hash: next.hash.clone(), answers, writes, ops };
             if let Some(answer) = &self.answer_now {
                 answer.answer(vec![appended]);
                 return Ok(());
@@ -236,8 +248,15 @@ impl WriteLoop {
                 return;
             }
         };
-        // Every change of the sealed segments is applied to the trees by
-        // now: once the flush below is done, sled holds them.
+        // Every change of the sealed segments in the trees (the sync thread
+        // applies a batch once it is durable; nothing is written meanwhile):
+        // once the flush below is done, sled holds them.
+        let failed = Arc::clone(&self.failed);
+        let applied = self.durable.wait_for(|durable| *durable >= head.seq || failed.get().is_some()).await;
+        if applied.is_err() || self.failed.get().is_some() {
+            let _ = self.failed.set("the audit log's sync stopped before a checkpoint; restart the monitor".into());
+            return;
+        }
         let next = self.log.first_seq();
         if let Err(e) = self.trees.set_replay_from(next) {
             let _ = self.failed.set(format!("the store could not record a checkpoint ({e}); restart the monitor"));
@@ -262,8 +281,8 @@ impl WriteLoop {
         overlay: &Overlay,
         key: &SessionKey,
     ) -> Result<Option<SessionRecord>, StoreError> {
-        match overlay.sessions.get(key) {
-            Some(found) => Ok(Some(found.clone())),
+        match overlay.sessions.get(key).cloned().or_else(|| self.in_flight.session(key)) {
+            Some(found) => Ok(Some(found)),
             None => self.trees.session(key),
         }
     }
@@ -271,13 +290,13 @@ impl WriteLoop {
     /// Why the actor's session, user or agent kind is locked, as of the
     /// batch being planned.
     pub(super) fn locked(&self, overlay: &Overlay, actor: &Actor) -> Result<Option<String>, StoreError> {
-        if overlay.locks.is_empty() && self.trees.locks.is_empty() {
+        if overlay.locks.is_empty() && self.trees.locks.is_empty() && !self.in_flight.has_locks() {
             return Ok(None);
         }
         for (kind, id) in [("session", &actor.session), ("user", &actor.user), ("agent", &actor.agent)] {
             let target = format!("{kind}:{id}");
-            let lock = match overlay.locks.get(&target) {
-                Some(found) => found.clone(),
+            let lock = match overlay.locks.get(&target).cloned().or_else(|| self.in_flight.lock(&target)) {
+                Some(found) => found,
                 None => self
                     .trees
                     .locks
@@ -298,8 +317,8 @@ impl WriteLoop {
             Guard::None => None,
             Guard::NewRequest { harness, request_id, request_hash, now_unix_ns, policy_version, replay } => {
                 let key = request_key(harness, request_id);
-                let earlier = match overlay.requests.get(&key) {
-                    Some(found) => Some(found.clone()),
+                let earlier = match overlay.requests.get(&key).cloned().or_else(|| self.in_flight.request(&key)) {
+                    Some(found) => Some(found),
                     None => self.trees.remembered(&key, *now_unix_ns, true)?,
                 };
                 if let Some(earlier) = earlier
@@ -315,8 +334,13 @@ impl WriteLoop {
                 Some((key, request_hash.clone(), *now_unix_ns))
             }
             Guard::StillPending { approval_id } => {
-                let current = match overlay.approvals.get(approval_id) {
-                    Some(found) => Some(found.clone()),
+                let current = match overlay
+                    .approvals
+                    .get(approval_id)
+                    .cloned()
+                    .or_else(|| self.in_flight.approval(approval_id))
+                {
+                    Some(found) => Some(found),
                     None => self
                         .trees
                         .approvals
