@@ -192,11 +192,7 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
     let approvers =
         if approval.approvers.is_empty() { "any approver".to_owned() } else { approval.approvers.join(", ") };
     lines.push(format!("approvers: {}", safe(&approvers)));
-    lines.push(format!(
-        "expires: {} (in {})",
-        crate::format::timestamp_str(approval.expires_at.as_ref()),
-        left(approval.expires_at.as_ref())
-    ));
+    lines.push(format!("expires {}", crate::format::deadline_str(approval.expires_at.as_ref(), SystemTime::now())));
     lines.push(format!("request: {} from harness {}", short_hash(&approval.request_hash), safe(&approval.harness)));
     lines
 }

@@ -40,7 +40,15 @@ pub(crate) async fn authorize(connection: &Connection, args: AuthorizeArgs, json
             None => connection.admin().await?.explain(message).await?.into_inner(),
         };
         print_explanation(&explanation, json);
-        return Ok(ExitCode::SUCCESS);
+        // The same codes as a decision asked for: a script may try a
+        // request offline and act on the answer.
+        let outcome = explanation.decision.as_ref().map(|d| d.outcome);
+        return match outcome.map(pb::Outcome::try_from) {
+            Some(Ok(pb::Outcome::Allow)) => Ok(ExitCode::from(0)),
+            Some(Ok(pb::Outcome::Deny)) => Ok(ExitCode::from(2)),
+            Some(Ok(pb::Outcome::Pending)) => Ok(ExitCode::from(3)),
+            _ => bail!("the explanation carries no outcome"),
+        };
     }
     let client = connection.harness().await?;
     let actor = Actor::new(args.user, args.agent, args.session);

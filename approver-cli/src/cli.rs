@@ -15,7 +15,7 @@ use crate::connection::*;
 /// needs a harness token, `approvals` an approver token, `audit` an admin
 /// token; `policy check` works offline.
 #[derive(Debug, Parser)]
-#[command(name = "wardenctl", version)]
+#[command(name = "wardenctl", version = warden_version::VERSION)]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) connection: Connection,
@@ -55,6 +55,20 @@ pub(crate) enum Command {
     /// The audit log (needs an admin token, or --data for a stopped monitor).
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Whether the monitor serves, by the standard gRPC health check (no
+    /// token): prints SERVING and exits 0, else exits 1. For container
+    /// health checks and scripts.
+    Health {
+        /// One service's health, e.g. warden.v1.Authority [default: the whole server]
+        #[arg(long, default_value = "")]
+        service: String,
+    },
+    /// Print a shell completion script, e.g.
+    /// `wardenctl completions bash > /etc/bash_completion.d/wardenctl`.
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -21,7 +21,8 @@ pub(crate) struct Connection {
     /// A file holding the bearer token, e.g. .warden/harness.token
     #[arg(long, global = true, env = "WARDEN_TOKEN_FILE", value_name = "FILE")]
     pub(crate) token_file: Option<PathBuf>,
-    /// For an https:// endpoint: the CA that signed the monitor's certificate (PEM)
+    /// For an https:// endpoint: the CA that signed the monitor's
+    /// certificate (PEM) [default: the system's CAs]
     #[arg(long, global = true, env = "WARDEN_CA_CERT", value_name = "FILE")]
     pub(crate) ca_cert: Option<PathBuf>,
     /// For mutual TLS: this client's certificate (PEM); a configured one
@@ -52,10 +53,13 @@ impl Connection {
         if self.endpoint.starts_with("https://") {
             let read =
                 |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+            // The CA named, or else the system's (a certificate from a CA
+            // the system trusts needs no flag).
             let mut tls = tonic::transport::ClientTlsConfig::new();
-            if let Some(ca) = &self.ca_cert {
-                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
-            }
+            tls = match &self.ca_cert {
+                Some(ca) => tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?)),
+                None => tls.with_native_roots(),
+            };
             if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
                 tls = tls.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
             }

@@ -147,5 +147,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(AuditCommand::Tail { count, all, follow }) => {
             audit_tail(&cli.connection, count, all, follow, cli.json).await
         }
+        Command::Health { service } => health(&cli.connection, service, cli.json).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "wardenctl", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `grpc.health.v1.Health/Check`: SERVING exits 0; anything else, or no
+/// answer within 5 s, exits 1.
+async fn health(connection: &connection::Connection, service: String, json: bool) -> anyhow::Result<ExitCode> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let channel = connection.channel().await?;
+    let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest { service: service.clone() });
+    request.set_timeout(std::time::Duration::from_secs(5));
+    let status = client.check(request).await?.into_inner().status();
+    let name = status.as_str_name();
+    if json {
+        println!("{}", serde_json::json!({ "service": service, "status": name }));
+    } else {
+        println!("{name}");
+    }
+    Ok(if status == ServingStatus::Serving { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -265,11 +265,23 @@ async fn explain_status_and_reload() {
         .concat(),
     )
     .await;
-    assert!(explained.status.success(), "{}", String::from_utf8_lossy(&explained.stderr));
+    // The exit code is the outcome's, as for a decision asked for.
+    assert_eq!(explained.status.code(), Some(3), "{}", String::from_utf8_lossy(&explained.stderr));
     let text = stdout(&explained);
     assert!(text.starts_with("PENDING"), "{text}");
     let trifecta = text.lines().find(|l| l.contains("trifecta.no-exfiltration")).unwrap();
     assert!(trifecta.trim_start().starts_with("yes"), "{trifecta}");
+    let bundled = policies();
+    let offline = |path: &'static str| {
+        let args = [&ALICE[..], &["--explain", "--policies", bundled.to_str().unwrap(), "fs.read", path]].concat();
+        async move { wardenctl("http://127.0.0.1:1", "", &args).await }
+    };
+    let allowed = offline("/home/alice/project/src/main.rs").await;
+    assert_eq!(allowed.status.code(), Some(0), "{}", stdout(&allowed));
+    assert!(stdout(&allowed).starts_with("ALLOW"), "{}", stdout(&allowed));
+    let denied = offline("/home/alice/project/.env").await;
+    assert_eq!(denied.status.code(), Some(2), "{}", stdout(&denied));
+    assert!(stdout(&denied).starts_with("DENY"), "{}", stdout(&denied));
 
     // Online, with the admin token: status, reload, explain.
     let data = tempfile::tempdir().unwrap();
@@ -286,6 +298,7 @@ async fn explain_status_and_reload() {
         wardenctl(&endpoint, ADMIN, &[&ALICE[..], &["--explain", "fs.read", "/home/alice/project/.env"]].concat())
             .await;
     assert!(stdout(&online).starts_with("DENY"), "{}", stdout(&online));
+    assert_eq!(online.status.code(), Some(2));
     // Nothing was recorded.
     let verify = wardenctl(&endpoint, ADMIN, &["audit", "verify"]).await;
     assert!(stdout(&verify).starts_with("ok: 0 records"), "{}", stdout(&verify));
@@ -352,12 +365,18 @@ async fn a_saved_checkpoint_catches_a_truncated_or_rewritten_log() {
     assert!(stdout(&caught).contains("records were removed"), "{}", stdout(&caught));
 }
 
+/// A certificate authority of a test's own.
+fn new_ca() -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_over_mutual_tls_needs_no_token() {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    use rcgen::{CertificateParams, KeyPair};
+    let ca = new_ca();
     let server_key = KeyPair::generate().unwrap();
     let server_cert =
         CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&server_key, &ca).unwrap();
@@ -512,4 +531,186 @@ async fn audit_export_writes_json_lines_online_offline_and_following() {
         wardenctl("http://127.0.0.1:1", "", &["audit", "export", "--data", data_dir, "--since", "yesterday"]).await;
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a sequence number nor an RFC 3339 time"));
+}
+
+#[test]
+fn version_names_the_release_and_the_commit() {
+    warden_tests::version::assert_version(env!("CARGO_BIN_EXE_wardenctl"), "wardenctl");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_the_grpc_health_check_without_a_token() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let serving = wardenctl(&endpoint, "", &["health"]).await;
+    assert_eq!(serving.status.code(), Some(0), "{}", String::from_utf8_lossy(&serving.stderr));
+    assert_eq!(stdout(&serving), "SERVING\n");
+    let one = wardenctl(&endpoint, "", &["--json", "health", "--service", "warden.v1.Authority"]).await;
+    let one: serde_json::Value = serde_json::from_str(&stdout(&one)).unwrap();
+    assert_eq!(one, serde_json::json!({"service": "warden.v1.Authority", "status": "SERVING"}));
+    let unknown = wardenctl(&endpoint, "", &["health", "--service", "warden.v1.Nothing"]).await;
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+    server.stop().await.unwrap();
+    let stopped = wardenctl(&endpoint, "", &["health"]).await;
+    assert_eq!(stopped.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&stopped.stderr).contains("cannot reach the monitor"));
+}
+
+/// A shell's completion of `wardenctl WORDS…`, by the script `wardenctl
+/// completions bash` printed, loaded in a real bash.
+fn bash_completes(words: &[&str]) -> Vec<String> {
+    let script = Command::new(env!("CARGO_BIN_EXE_wardenctl")).args(["completions", "bash"]).output().unwrap();
+    assert!(script.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wardenctl.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        "source '{}'\nCOMP_WORDS=(wardenctl {})\nCOMP_CWORD={}\nCOMP_LINE=\"${{COMP_WORDS[*]}}\"\nCOMP_POINT=${{#COMP_LINE}}\n\
+         _wardenctl wardenctl '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        path.display(),
+        quoted.join(" "),
+        words.len(),
+        words.last().unwrap(),
+        words.get(words.len().wrapping_sub(2)).copied().unwrap_or("wardenctl"),
+    );
+    let output = Command::new("bash").args(["--norc", "--noprofile", "-c", &program]).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    stdout(&output).lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect()
+}
+
+#[test]
+fn bash_completes_subcommands_and_flags() {
+    if Command::new("bash").arg("--version").output().is_err() {
+        eprintln!("skipped: bash not found");
+        return;
+    }
+    assert_eq!(bash_completes(&["appr"]), ["approvals"]);
+    let approvals = bash_completes(&["approvals", ""]);
+    for expected in ["list", "show", "approve", "deny", "watch"] {
+        assert!(approvals.iter().any(|c| c == expected), "{expected} not in {approvals:?}");
+    }
+    let export = bash_completes(&["audit", "export", "--f"]);
+    assert!(export.iter().any(|c| c == "--follow"), "{export:?}");
+    let shells = bash_completes(&["completions", ""]);
+    for expected in ["bash", "zsh", "fish"] {
+        assert!(shells.iter().any(|c| c == expected), "{expected} not in {shells:?}");
+    }
+}
+
+/// zsh and fish read the scripts they are given without an error (and
+/// define wardenctl's completion); skipped where the shell is missing,
+/// unless `WARDEN_REQUIRE_NPM=1` (as in `.ci/run`, which installs them).
+#[test]
+fn zsh_and_fish_load_their_completions() {
+    for (shell, check) in [
+        ("zsh", "autoload -U compinit && compinit -u && source \"$1\" && whence -w _wardenctl"),
+        ("fish", "source $argv[1]; and complete -c wardenctl | string match -q '*approvals*'"),
+    ] {
+        if Command::new(shell).arg("--version").output().is_err() {
+            assert!(std::env::var_os("WARDEN_REQUIRE_NPM").is_none(), "{shell} is required (WARDEN_REQUIRE_NPM)");
+            eprintln!("skipped: {shell} not found");
+            continue;
+        }
+        let script = Command::new(env!("CARGO_BIN_EXE_wardenctl")).args(["completions", shell]).output().unwrap();
+        assert!(script.status.success());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("wardenctl.{shell}"));
+        std::fs::write(&path, &script.stdout).unwrap();
+        let output = Command::new(shell)
+            .args(if shell == "zsh" { vec!["-f", "-c", check, "zsh"] } else { vec!["--no-config", "-c", check] })
+            .arg(&path)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{shell}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// A here-document tagged by a carriage return or a form feed at the end of
+/// a script makes the shell parser allocate without end, until the process
+/// dies. A request cannot carry the characters themselves (INVALID_ARGUMENT),
+/// but a script inside a script can, spelled `$'\r'`. Decided offline (the
+/// same reading of commands as the monitor's) under a 2 GB address-space
+/// limit, so that a regression fails here instead of taking the machine's
+/// memory.
+#[test]
+fn a_script_that_made_the_parser_allocate_forever_is_decided() {
+    if Command::new("bash").arg("--version").output().is_err() {
+        eprintln!("skipped: bash not found");
+        return;
+    }
+    let bundled = policies();
+    for tag in ["\\r", "\\f"] {
+        let script = format!("bash -c $'cat <<{tag} '");
+        let output = Command::new("bash")
+            .args(["-c", "ulimit -v 2000000; exec timeout 60 \"$@\"", "bash", env!("CARGO_BIN_EXE_wardenctl")])
+            .args(&ALICE[..])
+            .args(["--explain", "--policies", bundled.to_str().unwrap(), "exec", "--", "bash", "-c", &script])
+            .output()
+            .unwrap();
+        let text = stdout(&output);
+        assert!(
+            matches!(output.status.code(), Some(0 | 2 | 3))
+                && ["ALLOW", "DENY", "PENDING"].iter().any(|o| text.starts_with(o)),
+            "{tag:?}: {:?}\n{text}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// A monitor whose certificate comes from a CA in the system's store (here
+/// the store is `SSL_CERT_FILE`, which the system's loader reads) needs no
+/// `--ca-cert`; when the system trusts other CAs only, it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_a_ca_the_system_trusts_needs_no_flag() {
+    use rcgen::{CertificateParams, KeyPair};
+    let (ca, other) = (new_ca(), new_ca());
+    let server_key = KeyPair::generate().unwrap();
+    let server_cert =
+        CertificateParams::new(vec!["localhost".to_owned()]).unwrap().signed_by(&server_key, &ca).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let store = data.path().join("system-ca.pem");
+    std::fs::write(&store, ca.pem()).unwrap();
+    let other_store = data.path().join("other-ca.pem");
+    std::fs::write(&other_store, other.pem()).unwrap();
+    let config = ServerConfig {
+        tls: Some(warden_monitor::server::TlsPem {
+            cert: server_cert.pem(),
+            key: server_key.serialize_pem(),
+            client_ca: None,
+        }),
+        ..ServerConfig::new(policies(), data.path().join("data"), vec![credential("h", Role::Harness, HARNESS, &["*"])])
+    };
+    let server = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+    let endpoint = format!("https://localhost:{}", server.addr().port());
+    let health = |system_store: PathBuf| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
+        command
+            .args(["--endpoint", &endpoint, "health"])
+            .env_remove("WARDEN_CA_CERT")
+            .env_remove("SSL_CERT_DIR")
+            .env("SSL_CERT_FILE", system_store);
+        tokio::task::spawn_blocking(move || command.output().unwrap())
+    };
+    let trusted = health(store).await.unwrap();
+    assert_eq!(trusted.status.code(), Some(0), "{}", String::from_utf8_lossy(&trusted.stderr));
+    assert_eq!(stdout(&trusted), "SERVING\n");
+    let untrusted = health(other_store).await.unwrap();
+    assert_eq!(untrusted.status.code(), Some(1));
+    let refused = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(refused.contains("certificate"), "{refused}");
+    server.stop().await.unwrap();
 }

@@ -122,11 +122,15 @@ pub(crate) async fn router(
     reporter.set_serving::<pb::authority_server::AuthorityServer<AuthorityService>>().await;
     reporter.set_serving::<pb::approvals_server::ApprovalsServer<ApprovalsService>>().await;
     reporter.set_serving::<pb::admin_server::AdminServer<AdminService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(warden_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| e.to_string())?;
+    // Both versions of reflection: v1, and v1alpha for the clients that
+    // still speak only that (Python's grpcio-reflection, older grpcurl).
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(warden_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().map_err(|e| e.to_string())?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(|e| e.to_string())?;
     let guard = |role| Authenticator { uids: uids.clone(), ..Authenticator::new(Arc::clone(credentials), role) };
     let authority = tonic::service::interceptor::InterceptedService::new(
         pb::authority_server::AuthorityServer::new(AuthorityService::new(Arc::clone(monitor)))
@@ -160,7 +164,8 @@ pub(crate) async fn router(
         .timeout(crate::service::MAX_AWAIT + std::time::Duration::from_secs(30))
         .trace_fn(|request| tracing::debug_span!("rpc", path = %request.uri().path()))
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(authority)
         .add_service(approvals)
         .add_service(admin);

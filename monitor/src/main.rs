@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
+use sd_notify::NotifyState;
 use tracing_subscriber::EnvFilter;
 use warden_monitor::config::{FileConfig, LogFormat, Overrides, Settings, load_or_create_credentials};
 use warden_monitor::decision::DecisionConfig;
@@ -26,9 +27,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// in a hash-chained audit log in --data, and serves gRPC on --listen. On
 /// first start it creates one token per role (harness, approver, admin) in
 /// the data folder. Stop it with Ctrl-C or SIGTERM: it finishes what is in
-/// flight and flushes the store.
+/// flight and flushes the store. Under systemd it is a `Type=notify`
+/// service: READY=1 once it serves, STOPPING=1 when it begins to stop.
 #[derive(Debug, Parser)]
-#[command(name = "wardend", version)]
+#[command(name = "wardend", version = warden_version::VERSION)]
 struct Flags {
     /// Address and port to serve gRPC on [default: 127.0.0.1:50051]
     #[arg(long, value_name = "ADDR")]
@@ -215,7 +217,12 @@ async fn serve(
             max_pending_per_harness: settings.max_pending_per_harness,
         },
     };
-    let server = start_with_signal(config, listener, stop_signal()).await?;
+    let signal = stop_signal();
+    let stopping = async move {
+        signal.await;
+        notify_systemd(&[NotifyState::Stopping, NotifyState::Status("stopping: finishing what is in flight")]);
+    };
+    let server = start_with_signal(config, listener, stopping).await?;
     println!(
         "wardend listening on {} (policies {}, data {})",
         server.addr(),
@@ -229,25 +236,48 @@ async fn serve(
         println!("wardend metrics on http://{}/metrics", listener.local_addr()?);
         server.serve_metrics(listener);
     }
+    // Only now, with every listener bound, the policies loaded and the store
+    // open: a unit ordered after wardend (`Type=notify`) may connect at once.
+    // This is the process that serves: the re-run of `with_prompt_purging`
+    // happened before, in the same pid, and nothing runs this twice.
+    notify_systemd(&[NotifyState::Ready, NotifyState::Status(&format!("serving on {}", server.addr()))]);
     server.join().await?;
     Ok(())
 }
 
-/// Ctrl-C or SIGTERM.
-async fn stop_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot watch SIGTERM; stop with Ctrl-C");
-                std::future::pending::<()>().await;
+/// Tells the service manager how wardend is (sd_notify(3)), when it runs
+/// under one: nothing when NOTIFY_SOCKET is unset. A failure is logged and
+/// the monitor goes on serving; systemd then times the start out, and says so.
+fn notify_systemd(states: &[NotifyState<'_>]) {
+    if let Err(error) = sd_notify::notify(states) {
+        tracing::warn!(%error, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
+}
+
+/// Ctrl-C or SIGTERM. Both are watched from the call on, not from the first
+/// poll: the server polls this in a task of its own, and a SIGTERM that came
+/// before (say, right after READY=1) would kill the process unflushed.
+fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let watch = |kind: SignalKind, name: &'static str| {
+        let watched = signal(kind);
+        async move {
+            match watched {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot watch {name}");
+                    std::future::pending::<()>().await;
+                }
             }
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+    let (interrupt, terminate) = (watch(SignalKind::interrupt(), "SIGINT"), watch(SignalKind::terminate(), "SIGTERM"));
+    async move {
+        tokio::select! {
+            () = interrupt => {}
+            () = terminate => {}
+        }
     }
 }

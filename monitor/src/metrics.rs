@@ -230,7 +230,9 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let path = request.uri().path();
-        let known = ["/warden.v1.", "/grpc.health.v1.", "/grpc.reflection.v1."].iter().any(|p| path.starts_with(p))
+        let known = ["/warden.v1.", "/grpc.health.v1.", "/grpc.reflection.v1.", "/grpc.reflection.v1alpha."]
+            .iter()
+            .any(|p| path.starts_with(p))
             && path.len() <= 128;
         let method = if known { path.to_owned() } else { "other".to_owned() };
         let metrics = Arc::clone(&self.metrics);

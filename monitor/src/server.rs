@@ -210,6 +210,8 @@ pub async fn start_with_signal(
             }
             let listener = tokio::net::UnixListener::bind(&socket.path)
                 .map_err(|e| ServerError::Task(format!("cannot listen on {}: {e}", socket.path.display())))?;
+            open_to_socket_uids(socket)
+                .map_err(|e| ServerError::Task(format!("cannot open {} to socket_uids: {e}", socket.path.display())))?;
             let mut stopping = monitor.shutdown();
             Some(tokio::spawn(async move {
                 let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
@@ -323,6 +325,22 @@ async fn retain(monitor: Arc<Monitor>, audit: crate::config::AuditConfig) {
             () = shutdown.stopped() => return,
         }
     }
+}
+
+/// Connecting to a Unix socket takes write permission on its file, which
+/// the umask decides (0700 under a unit's `UMask=0077`, 0755 under 022): a
+/// uid in `socket_uids` other than wardend's own could not connect at all.
+/// So the socket is made connectable by every uid when `socket_uids` names
+/// another one: the peer uid check (SO_PEERCRED) before any token is the
+/// gate, and health and reflection, the only calls it does not guard, are
+/// served to every local uid on the loopback port anyway.
+fn open_to_socket_uids(socket: &UnixSocket) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let file = std::fs::metadata(&socket.path)?;
+    if socket.uids.iter().any(|&uid| uid != file.uid()) {
+        std::fs::set_permissions(&socket.path, std::fs::Permissions::from_mode(0o666))?;
+    }
+    Ok(())
 }
 
 /// Says so at start when the disk under the store has less than a tenth

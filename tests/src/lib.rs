@@ -4,10 +4,12 @@
 //! - [`claude_code`]: finding the real Claude Code CLI and running it against a `ScriptedModel`, no network.
 //! - [`monitor`]: a real monitor deciding by a policy text of a test's own.
 //! - [`wait`]: `eventually`, the one way tests wait for an event.
+//! - [`version`]: what every binary's `--version` must print.
 
 #![deny(missing_docs)]
 
 pub mod claude_code;
 pub mod model_server;
 pub mod monitor;
+pub mod version;
 pub mod wait;

@@ -24,7 +24,7 @@ use warden_sdk::{Actor, Client, Error};
 /// WARDEN_USER (default: the OS user) and WARDEN_AGENT (default
 /// `claude-code`); the session is the agent's own.
 #[derive(Debug, Parser)]
-#[command(name = "warden-hook", version)]
+#[command(name = "warden-hook", version = warden_version::VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -15,11 +15,17 @@ const HARNESS: &str = "wdn_hook_protocol_harness";
 
 /// Runs `warden-hook <agent>` with `event` on stdin.
 fn hook(endpoint: &str, agent: &str, event: &Value) -> (String, String, i32) {
+    hook_with(endpoint, agent, event, &[])
+}
+
+/// [`hook`] with more environment.
+fn hook_with(endpoint: &str, agent: &str, event: &Value, env: &[(&str, &std::path::Path)]) -> (String, String, i32) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden-hook"))
         .args([agent, "--max-wait", "5"])
         .env("WARDEN_ENDPOINT", endpoint)
         .env("WARDEN_TOKEN", HARNESS)
         .env("WARDEN_USER", "alice")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -98,5 +104,58 @@ async fn each_agent_gets_warden_s_answer_in_its_own_protocol() {
             .await
             .unwrap();
     assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["permission"], "allow", "{stdout}");
+    monitor.stop().await.unwrap();
+}
+
+#[test]
+fn version_names_the_release_and_the_commit() {
+    warden_tests::version::assert_version(env!("CARGO_BIN_EXE_warden-hook"), "warden-hook");
+}
+
+/// Over TLS: an `https://` WARDEN_ENDPOINT is trusted by the system's CA
+/// store (here `SSL_CERT_FILE`, which the system's loader reads), with no
+/// flag; a monitor whose CA the system does not trust gets no request, and
+/// the hook denies (closed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_endpoint_is_trusted_by_the_system_s_cas() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let issuer = || {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+    };
+    let (ca, other) = (issuer(), issuer());
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_owned()]).unwrap().signed_by(&key, &ca).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (trusted, untrusted) = (data.path().join("ca.pem"), data.path().join("other.pem"));
+    std::fs::write(&trusted, ca.pem()).unwrap();
+    std::fs::write(&untrusted, other.pem()).unwrap();
+    let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    let config = ServerConfig {
+        tls: Some(warden_monitor::server::TlsPem { cert: cert.pem(), key: key.serialize_pem(), client_ca: None }),
+        ..ServerConfig::new(
+            policies,
+            data.path().join("data"),
+            vec![CredentialConfig::for_token("hooks", Role::Harness, HARNESS, &["alice"])],
+        )
+    };
+    let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+    let endpoint = format!("https://localhost:{}", monitor.addr().port());
+    let event = json!({"session_id": "tls-1", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
+        "tool_name": "Read", "tool_input": {"file_path": "/home/alice/project/src/main.rs"}});
+    let ask = |store: std::path::PathBuf| {
+        let (endpoint, event) = (endpoint.clone(), event.clone());
+        tokio::task::spawn_blocking(move || {
+            let empty = std::path::Path::new("/nonexistent");
+            let env = [("SSL_CERT_FILE", store.as_path()), ("SSL_CERT_DIR", empty)];
+            let (stdout, _, _) = hook_with(&endpoint, "claude-code", &event, &env);
+            serde_json::from_str::<Value>(&stdout).unwrap()
+        })
+    };
+    let allowed = ask(trusted).await.unwrap();
+    assert_eq!(allowed["hookSpecificOutput"]["permissionDecision"], "allow", "{allowed}");
+    let refused = ask(untrusted).await.unwrap();
+    assert_eq!(refused["hookSpecificOutput"]["permissionDecision"], "deny", "{refused}");
     monitor.stop().await.unwrap();
 }

@@ -19,7 +19,7 @@ use warden_mcp::gateway::Shared;
 /// The actor: WARDEN_USER (default: the OS user), WARDEN_AGENT (default
 /// mcp-client), WARDEN_SESSION (default: one per client connection).
 #[derive(Debug, Parser)]
-#[command(name = "warden-mcp", version, verbatim_doc_comment)]
+#[command(name = "warden-mcp", version = warden_version::VERSION, verbatim_doc_comment)]
 struct Flags {
     /// Warden's address (default http://127.0.0.1:50051).
     #[arg(long, env = "WARDEN_ENDPOINT")]

@@ -19,7 +19,7 @@ use warden_sdk::Actor;
 /// WARDEN_ENDPOINT (default http://127.0.0.1:50051) and WARDEN_TOKEN or
 /// WARDEN_TOKEN_FILE (a harness token).
 #[derive(Parser)]
-#[command(name = "warden-proxy", version)]
+#[command(name = "warden-proxy", version = warden_version::VERSION)]
 struct Flags {
     #[command(subcommand)]
     command: Option<Command>,

@@ -27,8 +27,13 @@ impl Wardend {
     }
 
     fn start_with(data: &Path, policies: &Path, extra: &[&str]) -> Self {
+        Self::start_with_env(data, policies, extra, &[])
+    }
+
+    fn start_with_env(data: &Path, policies: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wardend"))
             .env_remove("MIMALLOC_PURGE_DELAY")
+            .envs(env.iter().copied())
             .args(extra)
             .args(["--listen", "127.0.0.1:0", "--data"])
             .arg(data)
@@ -176,6 +181,13 @@ fn json_logs_are_one_object_per_line() {
 }
 
 #[test]
+fn version_names_the_release_and_the_commit() {
+    let output = Command::new(env!("CARGO_BIN_EXE_wardend")).arg("--version").output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), format!("wardend {}\n", warden_version::VERSION));
+}
+
+#[test]
 fn help_documents_every_flag() {
     let output = Command::new(env!("CARGO_BIN_EXE_wardend")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&output.stdout);
@@ -280,4 +292,84 @@ async fn metrics_are_scraped_on_their_own_listener() {
     assert_eq!(other_status, 404);
     assert!(!grpc_text.contains("warden_decisions_total"));
     assert!(wardend.terminate().success());
+}
+
+/// One datagram from the notify socket, as text.
+fn notification(socket: &std::os::unix::net::UnixDatagram) -> String {
+    let mut buffer = [0u8; 4096];
+    let n = socket.recv(&mut buffer).expect("a notification within 60 s");
+    String::from_utf8_lossy(&buffer[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_hears_ready_when_it_serves_and_stopping_when_it_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify_path = dir.path().join("notify");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let data = dir.path().join("data");
+    let mut wardend = Wardend::start_with_env(&data, &policies(), &[], &[("NOTIFY_SOCKET", &notify_path)]);
+
+    // The first datagram is READY=1, and it is true when it comes: the
+    // address it names takes connections and decides (the policies are
+    // loaded, the store is open), before anything else is waited for.
+    let ready = tokio::task::spawn_blocking({
+        let notify = notify.try_clone().unwrap();
+        move || notification(&notify)
+    })
+    .await
+    .unwrap();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    let addr = ready.lines().find_map(|l| l.strip_prefix("STATUS=serving on ")).expect("a STATUS line").to_owned();
+    std::net::TcpStream::connect(&addr).unwrap();
+    let token = std::fs::read_to_string(data.join("harness.token")).unwrap();
+    assert_eq!(decide(&format!("http://{addr}"), token.trim()).await.outcome, Outcome::Allow);
+    assert_eq!(wardend.endpoint(), format!("http://{addr}"), "the address it printed");
+    // Sent once: by the process that serves, not by the one before the
+    // re-run for MIMALLOC_PURGE_DELAY (the same pid).
+    let environ = std::fs::read(format!("/proc/{}/environ", wardend.child.id())).unwrap();
+    assert!(environ.split(|&b| b == 0).any(|v| v == b"MIMALLOC_PURGE_DELAY=0"));
+
+    let status = Command::new("kill").args(["-TERM", &wardend.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let stopping = notification(&notify);
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "after READY, the next is STOPPING: {stopping:?}");
+    assert!(!stopping.contains("READY=1"), "{stopping:?}");
+    assert!(wardend.child.wait().unwrap().success(), "SIGTERM is a clean stop");
+    notify.set_nonblocking(true).unwrap();
+    let mut rest = [0u8; 4096];
+    let after = notify.recv(&mut rest);
+    assert!(
+        after.is_err(),
+        "nothing after STOPPING: {:?}",
+        after.map(|n| String::from_utf8_lossy(&rest[..n]).into_owned())
+    );
+}
+
+#[test]
+fn the_socket_opens_to_other_uids_only_when_socket_uids_names_them() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let own = std::fs::metadata(dir.path()).unwrap().uid();
+    for (uids, mode) in [(vec![], None), (vec![own, own + 4242], Some(0o666))] {
+        let case = tempfile::tempdir_in(dir.path()).unwrap();
+        let config = case.path().join("wardend.toml");
+        let socket = case.path().join("wardend.sock");
+        std::fs::write(&config, format!("socket_uids = {uids:?}\n")).unwrap();
+        let config_arg = config.display().to_string();
+        let socket_arg = socket.display().to_string();
+        let mut wardend = Wardend::start_with(
+            &case.path().join("data"),
+            &policies(),
+            &["--config", &config_arg, "--socket", &socket_arg],
+        );
+        wardend.endpoint();
+        let found = std::fs::metadata(&socket).unwrap().mode() & 0o777;
+        match mode {
+            Some(mode) => assert_eq!(found, mode, "{uids:?}"),
+            // Left to the umask: not writable, so not connectable, by others.
+            None => assert_eq!(found & 0o002, 0, "{uids:?}: {found:o}"),
+        }
+        assert!(wardend.terminate().success());
+    }
 }

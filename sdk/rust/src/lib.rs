@@ -363,6 +363,21 @@ async fn unix_channel(endpoint: &str, _path: &str) -> Result<Channel, Error> {
     Err(Error::Config(format!("endpoint `{endpoint}`: Unix sockets need a Unix system")))
 }
 
+/// A TCP endpoint; `https://` is TLS, trusted by the system's CA store
+/// (another CA takes a channel of your own: [`Client::with_channel`]).
+/// A system without CAs fails here, closed.
+fn endpoint_of(endpoint: &str) -> Result<Endpoint, Error> {
+    let mut built = Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
+        .connect_timeout(Duration::from_secs(5));
+    if endpoint.starts_with("https://") {
+        built = built
+            .tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots())
+            .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: TLS: {e}")))?;
+    }
+    Ok(built)
+}
+
 /// A harness's connection to the monitor.
 #[derive(Clone)]
 pub struct Client {
@@ -382,11 +397,7 @@ impl Client {
             let channel = unix_channel(&endpoint, path).await?;
             return Ok(Self::with_channel(channel, BearerToken::new(token)?));
         }
-        let channel = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await?;
+        let channel = endpoint_of(&endpoint)?.connect().await?;
         Ok(Self::with_channel(channel, BearerToken::new(token)?))
     }
 
@@ -398,10 +409,7 @@ impl Client {
         if endpoint.starts_with("unix:") {
             return Self::connect(endpoint, token).await;
         }
-        let channel = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .connect_lazy();
+        let channel = endpoint_of(&endpoint)?.connect_lazy();
         Ok(Self::with_channel(channel, BearerToken::new(token)?))
     }
 

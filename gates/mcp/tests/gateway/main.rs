@@ -10,3 +10,8 @@
 mod claude;
 mod python;
 mod support;
+
+#[test]
+fn version_names_the_release_and_the_commit() {
+    warden_tests::version::assert_version(env!("CARGO_BIN_EXE_warden-mcp"), "warden-mcp");
+}

@@ -10,3 +10,8 @@
 mod clients;
 mod support;
 mod upstream;
+
+#[test]
+fn version_names_the_release_and_the_commit() {
+    warden_tests::version::assert_version(env!("CARGO_BIN_EXE_warden-proxy"), "warden-proxy");
+}
