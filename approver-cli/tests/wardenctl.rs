@@ -446,6 +446,28 @@ async fn approvals_list_shows_every_part_of_a_command() {
         text.contains("part 2 of 2, `git push origin main` (exec): PENDING by commands.protected-branch-push"),
         "{text}"
     );
+
+    // The deadline as a person reads it: local time (a zone one hour east
+    // of UTC, by a POSIX TZ), with what is left; `--json` keeps RFC 3339.
+    let json = wardenctl(&endpoint, APPROVER, &["--json", "approvals", "list"]).await;
+    let approval: serde_json::Value = serde_json::from_str(stdout(&json).lines().next().unwrap()).unwrap();
+    let id = approval["approval_id"].as_str().unwrap();
+    let expires = approval["expires_at"].as_str().unwrap();
+    let utc = time::OffsetDateTime::parse(expires, &time::format_description::well_known::Rfc3339).unwrap();
+    let local = utc.to_offset(time::UtcOffset::from_hms(1, 0, 0).unwrap());
+    let shown = {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
+        command
+            .args(["--endpoint", &endpoint, "approvals", "show", id])
+            .env("WARDEN_TOKEN", APPROVER)
+            .env("TZ", "WDN-1");
+        tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
+    };
+    let text = stdout(&shown);
+    let line = text.lines().find(|l| l.contains("expires")).unwrap_or_else(|| panic!("{text}"));
+    let clock = format!("{:02}:{:02}:{:02} WDN, in ", local.hour(), local.minute(), local.second());
+    assert!(line.contains(&format!("expires {clock}")), "{line} (deadline {expires})");
+    assert!(line.ends_with('s'), "{line}");
     server.stop().await.unwrap();
 }
 
