@@ -660,33 +660,49 @@ fn zsh_and_fish_load_their_completions() {
     }
 }
 
-/// A here-document tagged by a carriage return or a form feed at the end of
-/// a script makes the shell parser allocate without end, until the process
-/// dies. A request cannot carry the characters themselves (INVALID_ARGUMENT),
-/// but a script inside a script can, spelled `$'\r'`. Decided offline (the
-/// same reading of commands as the monitor's) under a 2 GB address-space
-/// limit, so that a regression fails here instead of taking the machine's
-/// memory.
+/// Scripts that made the shell parser allocate without end until the
+/// process died (a here-document with an empty tag on the script's last
+/// line: `''`, `""`, or a carriage return or form feed, which a request
+/// cannot carry but a script inside a script can, spelled `$'\r'`), or
+/// take hours (expansions nested eight deep). Any harness could have sent
+/// them. Decided offline (the same reading of commands as the monitor's)
+/// under a 2 GB address-space limit and a minute, so that a regression
+/// fails here instead of taking the machine's memory or the CI's time.
 #[test]
-fn a_script_that_made_the_parser_allocate_forever_is_decided() {
+fn scripts_that_made_the_parser_allocate_or_run_forever_are_decided() {
     if Command::new("bash").arg("--version").output().is_err() {
         eprintln!("skipped: bash not found");
         return;
     }
     let bundled = policies();
-    for tag in ["\\r", "\\f"] {
-        let script = format!("bash -c $'cat <<{tag} '");
+    let nested = format!("echo {}x{}", "${a[".repeat(8), "]}".repeat(8));
+    let unbalanced = format!("echo {}x{}", "${a[".repeat(8), "}".repeat(8));
+    let scripts = [
+        "bash -c $'cat <<\\r '",
+        "bash -c $'cat <<\\f '",
+        "cat <<'' ",
+        "cat <<\"\" ",
+        "cat <<- '' ",
+        "x <<'' <<'' ",
+        "echo $(cat <<'' ",
+        "echo \"$(cat <<'' ",
+        "cat <<'' \\\n",
+        "cat <<'' \\",
+        &nested,
+        &unbalanced,
+    ];
+    for script in scripts {
         let output = Command::new("bash")
             .args(["-c", "ulimit -v 2000000; exec timeout 60 \"$@\"", "bash", env!("CARGO_BIN_EXE_wardenctl")])
             .args(&ALICE[..])
-            .args(["--explain", "--policies", bundled.to_str().unwrap(), "exec", "--", "bash", "-c", &script])
+            .args(["--explain", "--policies", bundled.to_str().unwrap(), "exec", "--", "bash", "-c", script])
             .output()
             .unwrap();
         let text = stdout(&output);
         assert!(
             matches!(output.status.code(), Some(0 | 2 | 3))
                 && ["ALLOW", "DENY", "PENDING"].iter().any(|o| text.starts_with(o)),
-            "{tag:?}: {:?}\n{text}{}",
+            "{script:?}: {:?}\n{text}{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );

@@ -1,8 +1,9 @@
 //! What understanding commands costs: the pure decision (normalize, parts,
 //! Cedar for each part) of a single command against pipelines of 5 parts
 //! under the bundled policies, the same end to end (`Authorize` over gRPC
-//! to a monitor on loopback, each decision durably audited), and reading
-//! scripts (`command::parts` alone) per KB of script.
+//! to a monitor on loopback, each decision durably audited), reading
+//! scripts (`command::parts` alone) per KB of script, and the slowest
+//! scripts the parser is still given.
 //!
 //! `cargo run --release -p warden-monitor --example command_cost [-- ITERATIONS]`
 
@@ -105,6 +106,36 @@ fn main() {
         let p50 = percentile(&samples, 0.5);
         let per_kb = p50.as_secs_f64() * 1e6 / (script.len() as f64 / 1024.0);
         println!("| {repeat} × `{}` | {} | {count} | {p50:?} | {per_kb:.0} |", unit.trim(), script.len());
+    }
+
+    println!();
+    worst_cases(programs);
+}
+
+/// The slowest scripts still handed to the parser: expansions nested as
+/// deep as allowed (`command::MAX_EXPANSION_NESTING`, 4), whose word
+/// grammar backtracks, and one level more, which is opaque (not parsed).
+fn worst_cases(programs: &warden_monitor::programs::Programs) {
+    println!("reading the slowest scripts the parser still gets (command::parts alone), 5 runs each");
+    println!("| script | nesting | parsed | slowest |");
+    println!("| --- | --- | --- | --- |");
+    for depth in [3usize, 4, 5] {
+        for (shape, open, close) in [("${a[…]}", "${a[", "]}"), ("${a[…}", "${a[", "}"), ("${a:-…}", "${a:-", "}")]
+        {
+            let script = format!("echo {}x{}", open.repeat(depth), close.repeat(depth));
+            let argv = vec!["bash".to_owned(), "-c".to_owned(), script];
+            let found = parts(&argv, "/home/alice/project", "alice", programs).unwrap();
+            let parsed = !found.iter().any(|p| p.opaque);
+            let slowest = (0..5)
+                .map(|_| {
+                    let start = Instant::now();
+                    std::hint::black_box(parts(&argv, "/home/alice/project", "alice", programs).unwrap());
+                    start.elapsed()
+                })
+                .max()
+                .unwrap_or_default();
+            println!("| `{shape}` | {depth} | {parsed} | {slowest:?} |");
+        }
     }
 }
 

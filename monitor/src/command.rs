@@ -26,6 +26,12 @@ const MAX_SCRIPT_BYTES: usize = 64 * 1024;
 /// so that its recursion stays bounded.
 const MAX_NESTING: usize = 64;
 
+/// Expansions (`${…}`, `$(…)`, `$[…]`, backquotes) nested deeper than this
+/// are not handed to the parser (opaque): its word grammar backtracks, and
+/// each level of `${a[${a[…]}]}` costs about twenty times the one inside
+/// (five levels took seconds), time in which a thread serves nobody else.
+const MAX_EXPANSION_NESTING: usize = 4;
+
 /// One part of a command: an `exec` of a simple command, or a file it
 /// reads, writes or deletes.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -473,12 +479,23 @@ impl Expander<'_> {
 
     /// Walks a script's commands; `false` when it cannot be read.
     fn script(&mut self, text: &str, cwd: &mut Cwd, depth: usize) -> bool {
-        if depth > MAX_DEPTH || text.len() > MAX_SCRIPT_BYTES || nesting(text) > MAX_NESTING || unusual_controls(text) {
+        if depth > MAX_DEPTH
+            || text.len() > MAX_SCRIPT_BYTES
+            || nesting(text) > MAX_NESTING
+            || expansion_nesting(text) > MAX_EXPANSION_NESTING
+            || unusual_controls(text)
+        {
             return false;
         }
+        // Two newlines end the script's last line, whatever it ends with (a
+        // backslash takes one): brush-parser 0.4 loops without end,
+        // allocating until the process dies, when the input ends on the line
+        // of a here-document whose tag is empty (`cat <<'' `, `cat <<\r `).
+        // To bash they change nothing.
+        let text = format!("{text}\n\n");
         let options = parser_options();
         let parsed = std::panic::catch_unwind(|| {
-            let mut parser = brush_parser::Parser::new(std::io::Cursor::new(text), &options);
+            let mut parser = brush_parser::Parser::new(std::io::Cursor::new(text.as_str()), &options);
             parser.parse_program()
         });
         match parsed {
@@ -1163,15 +1180,39 @@ fn merge(a: &Cwd, b: &Cwd) -> Cwd {
 
 /// The deepest nesting of brackets, quotes aside (an over-count is safe).
 /// Control characters other than tab and newline (a carriage return, a
-/// form feed …) are not handed to the parser (opaque): brush-parser 0.4
-/// loops without end, allocating until the process dies, on a
-/// here-document whose tag is a carriage return or a form feed at the end
-/// of the script (`cat <<\r `), which any harness could send. Scripts that
-/// people and agents write hold none.
+/// form feed …) are not handed to the parser (opaque): scripts that people
+/// and agents write hold none, and brush-parser 0.4 reads some of them as
+/// blanks where bash does not (see [`empty_here_tag`]).
 fn unusual_controls(text: &str) -> bool {
     text.chars().any(|c| c.is_ascii_control() && c != '\t' && c != '\n')
 }
 
+/// How deep expansions nest, counting an opener (`${`, `$(`, `$[`, a
+/// backquote that opens) and any closing bracket; an over-count only makes
+/// a script opaque.
+fn expansion_nesting(text: &str) -> usize {
+    let (mut depth, mut deepest, mut backquotes) = (0usize, 0usize, 0usize);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '$' if matches!(chars.peek(), Some('{' | '(' | '[')) => {
+                chars.next();
+                depth += 1;
+                deepest = deepest.max(depth + backquotes);
+            }
+            '`' => {
+                // Backquotes alternate: an odd one opens.
+                backquotes = (backquotes + 1) % 2;
+                deepest = deepest.max(depth + backquotes);
+            }
+            '}' | ')' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// How deep brackets nest (opaque beyond [`MAX_NESTING`]).
 fn nesting(text: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     for c in text.chars() {

@@ -335,8 +335,13 @@ async fn retain(monitor: Arc<Monitor>, audit: crate::config::AuditConfig) {
 /// gate, and health and reflection, the only calls it does not guard, are
 /// served to every local uid on the loopback port anyway.
 fn open_to_socket_uids(socket: &UnixSocket) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    let file = std::fs::metadata(&socket.path)?;
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+    // Not through a link that someone with write access to the folder put
+    // in the socket's place since it was bound.
+    let file = std::fs::symlink_metadata(&socket.path)?;
+    if !file.file_type().is_socket() {
+        return Err(std::io::Error::other("it is no longer the socket wardend bound"));
+    }
     if socket.uids.iter().any(|&uid| uid != file.uid()) {
         std::fs::set_permissions(&socket.path, std::fs::Permissions::from_mode(0o666))?;
     }

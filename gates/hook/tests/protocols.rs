@@ -25,6 +25,7 @@ fn hook_with(endpoint: &str, agent: &str, event: &Value, env: &[(&str, &std::pat
         .env("WARDEN_ENDPOINT", endpoint)
         .env("WARDEN_TOKEN", HARNESS)
         .env("WARDEN_USER", "alice")
+        .env_remove("WARDEN_CA_CERT")
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -115,7 +116,8 @@ fn version_names_the_release_and_the_commit() {
 /// Over TLS: an `https://` WARDEN_ENDPOINT is trusted by the system's CA
 /// store (here `SSL_CERT_FILE`, which the system's loader reads), with no
 /// flag; a monitor whose CA the system does not trust gets no request, and
-/// the hook denies (closed).
+/// the hook denies (closed). `WARDEN_CA_CERT` names the one CA to trust,
+/// whatever the system trusts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_endpoint_is_trusted_by_the_system_s_cas() {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
@@ -144,18 +146,21 @@ async fn an_https_endpoint_is_trusted_by_the_system_s_cas() {
     let endpoint = format!("https://localhost:{}", monitor.addr().port());
     let event = json!({"session_id": "tls-1", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
         "tool_name": "Read", "tool_input": {"file_path": "/home/alice/project/src/main.rs"}});
-    let ask = |store: std::path::PathBuf| {
+    let ask = |store: &std::path::Path, named: Option<&std::path::Path>| {
         let (endpoint, event) = (endpoint.clone(), event.clone());
+        let (store, named) = (store.to_owned(), named.map(std::path::Path::to_owned));
         tokio::task::spawn_blocking(move || {
             let empty = std::path::Path::new("/nonexistent");
-            let env = [("SSL_CERT_FILE", store.as_path()), ("SSL_CERT_DIR", empty)];
+            let mut env = vec![("SSL_CERT_FILE", store.as_path()), ("SSL_CERT_DIR", empty)];
+            env.extend(named.as_deref().map(|ca| ("WARDEN_CA_CERT", ca)));
             let (stdout, _, _) = hook_with(&endpoint, "claude-code", &event, &env);
-            serde_json::from_str::<Value>(&stdout).unwrap()
+            let answer = serde_json::from_str::<Value>(&stdout).unwrap();
+            answer["hookSpecificOutput"]["permissionDecision"].as_str().unwrap().to_owned()
         })
     };
-    let allowed = ask(trusted).await.unwrap();
-    assert_eq!(allowed["hookSpecificOutput"]["permissionDecision"], "allow", "{allowed}");
-    let refused = ask(untrusted).await.unwrap();
-    assert_eq!(refused["hookSpecificOutput"]["permissionDecision"], "deny", "{refused}");
+    assert_eq!(ask(&trusted, None).await.unwrap(), "allow");
+    assert_eq!(ask(&untrusted, None).await.unwrap(), "deny");
+    assert_eq!(ask(&untrusted, Some(&trusted)).await.unwrap(), "allow");
+    assert_eq!(ask(&trusted, Some(&untrusted)).await.unwrap(), "deny", "the named CA is the only one trusted");
     monitor.stop().await.unwrap();
 }

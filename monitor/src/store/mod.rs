@@ -143,6 +143,9 @@ pub(crate) struct Store {
     /// Whether a pruning is under way.
     pruning: Arc<std::sync::atomic::AtomicBool>,
     flushed: watch::Receiver<u64>,
+    /// Set once the writer or the sync thread failed: nothing more becomes
+    /// durable.
+    failed: Arc<OnceLock<String>>,
     writer: mpsc::Sender<Job>,
     approval_events: broadcast::Sender<ApprovalEvent>,
     /// Held by a test to keep batches from becoming durable.
@@ -248,7 +251,7 @@ impl Store {
                 sync_finished,
                 in_flight,
                 durable: flushed.clone(),
-                failed,
+                failed: Arc::clone(&failed),
             }
             .run(rx, closing, head),
         );
@@ -267,6 +270,7 @@ impl Store {
             pruned_window: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
             pruning: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             flushed,
+            failed,
             writer,
             approval_events,
             #[cfg(test)]
@@ -307,7 +311,15 @@ impl Store {
     /// only after this.
     pub(crate) async fn wait_durable(&self, seq: u64) -> Result<(), StoreError> {
         let mut flushed = self.flushed.clone();
-        flushed.wait_for(|durable| *durable >= seq).await.map(|_| ()).map_err(|_| StoreError::WriterGone)
+        let failed = Arc::clone(&self.failed);
+        flushed
+            .wait_for(|durable| *durable >= seq || failed.get().is_some())
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        match self.failed.get() {
+            Some(why) if *self.flushed.borrow() < seq => Err(StoreError::BatchFailed(why.clone())),
+            _ => Ok(()),
+        }
     }
 
     /// Empties the idempotency slot that the next replay window will use

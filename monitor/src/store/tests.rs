@@ -111,6 +111,50 @@ fn entry(n: u32) -> Commit {
     }
 }
 
+/// A PENDING decision of `actor` with its new approval, as `authorize`
+/// commits it.
+fn pending_of(n: u32, actor: Actor) -> Commit {
+    let mut commit = entry(n);
+    let input = crate::normalize::RequestInput {
+        request_id: format!("r{n}"),
+        actor: actor.clone(),
+        action: "exec".into(),
+        resource: crate::normalize::ResourceInput::Command { argv: vec!["git".into(), "push".into()], cwd: "/".into() },
+        justification: String::new(),
+        context_json: String::new(),
+    };
+    let request = crate::normalize::normalize(&input).unwrap();
+    let decision = commit.decision.as_mut().unwrap();
+    decision.outcome = Outcome::Pending;
+    decision.approval_id = format!("apr-{n}");
+    decision.expires_at_unix_ns = Some(i64::MAX);
+    commit.entry.outcome = "PENDING".into();
+    commit.entry.approval_id = format!("apr-{n}");
+    commit.entry.actor = Some(actor);
+    commit.approval = Some(ApprovalRecord {
+        approval_id: format!("apr-{n}"),
+        input,
+        request,
+        request_hash: format!("hash{n}"),
+        request_id: format!("r{n}"),
+        harness: "h".into(),
+        policy_ids: vec!["p".into()],
+        reasons: vec!["needs a person".into()],
+        permit_ids: vec![],
+        approvers: vec![],
+        policy_version: "v".into(),
+        created_unix_ns: 0,
+        expires_unix_ns: i64::MAX,
+        audit_seq: 0,
+        state: ApprovalState::Pending,
+        resolved_by: String::new(),
+        note: String::new(),
+        resolved_unix_ns: None,
+        decision: commit.decision.clone().unwrap(),
+    });
+    commit
+}
+
 /// Opens the store again once the previous one is closed: sled releases its
 /// file lock when its last I/O thread lets go, which may be a moment after
 /// the close returned.
@@ -347,12 +391,20 @@ async fn state_reaches_sled_only_once_durable_and_later_batches_see_it_in_flight
         async move { store.commit(entry(1)).await }
     });
     let mut late = entry(2);
-    late.entry.actor = Some(actor);
+    late.entry.actor = Some(actor.clone());
     let late = tokio::spawn({
         let store = Arc::clone(&store);
         async move { store.commit(late).await }
     });
     in_log(3).await;
+    // Nor is an approval asked for before the lock and written after it
+    // one to wait for (the lock's sweep of pending approvals may be over).
+    let waiting = tokio::spawn({
+        let store = Arc::clone(&store);
+        let commit = pending_of(3, actor);
+        async move { store.commit(commit).await }
+    });
+    in_log(4).await;
     assert!(!first.is_finished() && !replay.is_finished(), "answered before durable");
     drop(paused);
 
@@ -364,6 +416,15 @@ async fn state_reaches_sled_only_once_durable_and_later_batches_see_it_in_flight
         panic!("the late decision")
     };
     assert_eq!(decision.outcome, Outcome::Deny);
+    let Committed::New { decision: Some(decision), approval: None, seq: 4, .. } = waiting.await.unwrap().unwrap()
+    else {
+        panic!("the approval asked for")
+    };
+    assert_eq!((decision.outcome, decision.approval_id.as_str()), (Outcome::Deny, ""));
+    assert!(decision.reasons.iter().any(|r| r.contains("session `s1` is locked")), "{decision:?}");
+    assert!(store.pending().unwrap().is_empty(), "an approval waits for a locked session");
+    let record = store.audit_from(4, 1).unwrap().into_iter().next().unwrap();
+    assert_eq!((record.outcome.as_str(), record.approval_id.as_str()), ("DENY", ""));
     // Durable now, so in sled.
     assert_eq!(store.remembered("h", "r1", 0).unwrap().unwrap().decision.audit_seq, 1);
     assert!(store.trees.locks.get(b"session:s1").unwrap().is_some());

@@ -290,7 +290,10 @@ impl WriteLoop {
     /// Why the actor's session, user or agent kind is locked, as of the
     /// batch being planned.
     pub(super) fn locked(&self, overlay: &Overlay, actor: &Actor) -> Result<Option<String>, StoreError> {
-        if overlay.locks.is_empty() && self.trees.locks.is_empty() && !self.in_flight.has_locks() {
+        // In flight before the trees, as for each target below: the sync
+        // thread applies a batch and only then drops it from `InFlight`, so
+        // a lock is in one of them whenever each is read.
+        if overlay.locks.is_empty() && !self.in_flight.has_locks() && self.trees.locks.is_empty() {
             return Ok(None);
         }
         for (kind, id) in [("session", &actor.session), ("user", &actor.user), ("agent", &actor.agent)] {
@@ -368,13 +371,21 @@ impl WriteLoop {
         let mut commit = commit;
         let mut session = session;
         // A decision made before a lock but written after it is not an
-        // ALLOW: the writer, which writes locks too, has the last word.
+        // ALLOW, nor an approval to wait for (the lock's sweep of pending
+        // approvals may be done already): the writer, which writes locks
+        // too, has the last word.
         if let Some(decision) = commit.decision.as_mut()
-            && decision.outcome == Outcome::Allow
+            && matches!(decision.outcome, Outcome::Allow | Outcome::Pending)
             && commit.entry.kind == "decision"
             && let Some(actor) = &commit.entry.actor
             && let Some(why) = self.locked(overlay, actor)?
         {
+            if decision.outcome == Outcome::Pending {
+                decision.approval_id.clear();
+                decision.expires_at_unix_ns = None;
+                commit.approval = None;
+                commit.entry.approval_id.clear();
+            }
             decision.outcome = Outcome::Deny;
             decision.reasons.push(why.clone());
             commit.entry.outcome = Outcome::Deny.as_str().into();

@@ -363,17 +363,26 @@ async fn unix_channel(endpoint: &str, _path: &str) -> Result<Channel, Error> {
     Err(Error::Config(format!("endpoint `{endpoint}`: Unix sockets need a Unix system")))
 }
 
-/// A TCP endpoint; `https://` is TLS, trusted by the system's CA store
-/// (another CA takes a channel of your own: [`Client::with_channel`]).
-/// A system without CAs fails here, closed.
+/// A TCP endpoint; `https://` is TLS, trusted by the CA in the PEM file
+/// that `WARDEN_CA_CERT` names (then by it alone), as for every Warden
+/// client, or else by the system's CA store. An unreadable CA file, or a
+/// system without CAs, fails here, closed.
 fn endpoint_of(endpoint: &str) -> Result<Endpoint, Error> {
     let mut built = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
         .connect_timeout(Duration::from_secs(5));
     if endpoint.starts_with("https://") {
-        built = built
-            .tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots())
-            .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: TLS: {e}")))?;
+        let tls = tonic::transport::ClientTlsConfig::new();
+        let tls = match std::env::var_os("WARDEN_CA_CERT") {
+            Some(path) => {
+                let pem = std::fs::read_to_string(&path).map_err(|e| {
+                    Error::Config(format!("WARDEN_CA_CERT `{}`: {e}", std::path::Path::new(&path).display()))
+                })?;
+                tls.ca_certificate(tonic::transport::Certificate::from_pem(pem))
+            }
+            None => tls.with_native_roots(),
+        };
+        built = built.tls_config(tls).map_err(|e| Error::Config(format!("endpoint `{endpoint}`: TLS: {e}")))?;
     }
     Ok(built)
 }
@@ -390,7 +399,8 @@ impl Client {
     ///
     /// `unix:/path/to/wardend.sock` (an absolute path) connects to the
     /// monitor's Unix socket (`wardend --socket`), where it also checks the
-    /// caller's uid.
+    /// caller's uid. `https://…` is TLS, trusted by the CA file that
+    /// `WARDEN_CA_CERT` names, or else by the system's CAs.
     pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
         let endpoint = endpoint.into();
         if let Some(path) = endpoint.strip_prefix("unix:") {
