@@ -120,8 +120,8 @@ pub async fn resolve(mut client: ApprovalsClient, request: pb::ResolveRequest, j
 
 /// Streams pending approvals to the terminal and, with `notify`, to the
 /// desktop (buttons Approve, Approve 15 min, Deny). Runs until the stream ends or the monitor cuts it off.
-pub async fn watch(client: ApprovalsClient, notify: bool, json: bool) -> anyhow::Result<()> {
-    let mut desktop = if notify { Desktop::connect(client.clone()).await } else { None };
+pub async fn watch(client: ApprovalsClient, notify: bool, page: Option<String>, json: bool) -> anyhow::Result<()> {
+    let mut desktop = if notify { Desktop::connect(client.clone(), page).await } else { None };
     let mut events = client.clone().watch_pending(pb::WatchPendingRequest {}).await?.into_inner();
     if !json {
         println!("watching for approvals (Ctrl-C to stop)");
@@ -154,7 +154,11 @@ fn print_event(kind: pb::ApprovalEventKind, approval: &pb::Approval) {
             for line in describe(approval) {
                 println!("  {line}");
             }
-            println!("  approve: wardenctl approvals approve {}", approval.approval_id);
+            if approval.passkey_policies.is_empty() {
+                println!("  approve: wardenctl approvals approve {}", approval.approval_id);
+            } else {
+                println!("  approve: on the approval page, with a passkey (a token cannot)");
+            }
             println!("  deny:    wardenctl approvals deny {} --message TEXT", approval.approval_id);
         }
         _ => {
@@ -192,6 +196,10 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
     let approvers =
         if approval.approvers.is_empty() { "any approver".to_owned() } else { approval.approvers.join(", ") };
     lines.push(format!("approvers: {}", safe(&approvers)));
+    if !approval.passkey_policies.is_empty() {
+        let ids: Vec<String> = approval.passkey_policies.iter().map(|id| safe(id)).collect();
+        lines.push(format!("approve with a passkey on the approval page ({})", ids.join(", ")));
+    }
     lines.push(format!("expires {}", crate::format::deadline_str(approval.expires_at.as_ref(), SystemTime::now())));
     lines.push(format!("request: {} from harness {}", short_hash(&approval.request_hash), safe(&approval.harness)));
     lines
@@ -200,6 +208,8 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
 /// Desktop notifications, one per pending approval, over the session bus.
 struct Desktop {
     bus: zbus::Connection,
+    /// The approval page, for approvals that need a passkey.
+    page: Option<String>,
     /// The notifications shown and not closed: id → what a click resolves.
     shown: Arc<Mutex<HashMap<u32, Shown>>>,
 }
@@ -212,12 +222,15 @@ struct Shown {
     /// A click was taken: later ones (a double click, a replayed signal)
     /// are not.
     clicked: bool,
+    /// Approving needs a passkey on the approval page: there is no Approve.
+    passkey: bool,
 }
 
 const SERVER: &str = "org.freedesktop.Notifications";
 const PATH: &str = "/org/freedesktop/Notifications";
 const ACTION_APPROVE: &str = "approve";
 const ACTION_DENY: &str = "deny";
+const ACTION_OPEN: &str = "open-page";
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -226,7 +239,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Desktop {
     /// Connects to the session bus and checks that a notification server
     /// answers; says why not otherwise. Starts listening for clicks.
-    async fn connect(client: ApprovalsClient) -> Option<Self> {
+    async fn connect(client: ApprovalsClient, page: Option<String>) -> Option<Self> {
         let connected = async {
             let bus = zbus::Connection::session().await?;
             let info = bus.call_method(Some(SERVER), PATH, Some(SERVER), "GetServerInformation", &()).await?;
@@ -255,8 +268,8 @@ impl Desktop {
         };
         eprintln!("desktop notifications through {} {}", safe(&name), safe(&version));
         let shown = Arc::default();
-        tokio::spawn(listen(bus.clone(), signals, Arc::clone(&shown), client));
-        Some(Self { bus, shown })
+        tokio::spawn(listen(bus.clone(), signals, Arc::clone(&shown), client, page.clone()));
+        Some(Self { bus, page, shown })
     }
 
     async fn show(&mut self, approval: &pb::Approval) {
@@ -268,10 +281,15 @@ impl Desktop {
         let summary = format!("Warden: {} wants {}", safe(&actor.user), safe(&request.action));
         let body: Vec<String> = describe(approval).iter().map(|line| shorten(line, 300)).collect();
         let body = body.join("\n");
-        let actions = [ACTION_APPROVE, "Approve", ACTION_DENY, "Deny"];
+        let passkey = !approval.passkey_policies.is_empty();
+        let actions: &[&str] = match (passkey, &self.page) {
+            (false, _) => &[ACTION_APPROVE, "Approve", ACTION_DENY, "Deny"],
+            (true, Some(_)) => &[ACTION_OPEN, "Open approval page", ACTION_DENY, "Deny"],
+            (true, None) => &[ACTION_DENY, "Deny"],
+        };
         let hints: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
         // Shown until resolved: expire timeout 0 is "never".
-        let notify = ("wardenctl", 0u32, "", summary.as_str(), body.as_str(), actions.as_slice(), hints, 0i32);
+        let notify = ("wardenctl", 0u32, "", summary.as_str(), body.as_str(), actions, hints, 0i32);
         let id = match self.bus.call_method(Some(SERVER), PATH, Some(SERVER), "Notify", &notify).await {
             Ok(reply) => match reply.body().deserialize::<u32>() {
                 Ok(id) => id,
@@ -289,6 +307,7 @@ impl Desktop {
             approval_id: approval.approval_id.clone(),
             request_hash: approval.request_hash.clone(),
             clicked: false,
+            passkey,
         };
         lock(&self.shown).insert(id, shown);
     }
@@ -318,6 +337,7 @@ async fn listen(
     mut signals: zbus::MessageStream,
     shown: Arc<Mutex<HashMap<u32, Shown>>>,
     client: ApprovalsClient,
+    page: Option<String>,
 ) {
     while let Some(Ok(message)) = signals.next().await {
         let header = message.header();
@@ -346,6 +366,15 @@ async fn listen(
                     );
                     continue;
                 }
+                // Opening the page resolves nothing: the approver approves
+                // (or denies) there, with the passkey.
+                if key == ACTION_OPEN {
+                    let target = lock(&shown).get(&id).cloned();
+                    if let (Some(target), Some(page)) = (target.filter(|t| t.passkey), &page) {
+                        open_page(page, &target.approval_id);
+                    }
+                    continue;
+                }
                 // One click per notification; it stays shown until its
                 // approval is resolved (and closed by `close`).
                 let target = {
@@ -359,6 +388,15 @@ async fn listen(
                     }
                 };
                 let (approve, note) = match key.as_str() {
+                    // A passkey approval has no Approve button: a click
+                    // that says so is not the server's own, whatever sent it.
+                    ACTION_APPROVE if target.passkey => {
+                        eprintln!(
+                            "wardenctl: ignored an Approve click on {}: it needs a passkey on the approval page",
+                            target.approval_id
+                        );
+                        continue;
+                    }
                     ACTION_APPROVE => (true, "approved from the desktop"),
                     ACTION_DENY => (false, "denied from the desktop"),
                     _ => continue,
@@ -389,6 +427,20 @@ async fn listen(
             }
             _ => {}
         }
+    }
+}
+
+/// Opens the approval page at `approval_id` in the approver's browser:
+/// `$BROWSER`, else `xdg-open`.
+fn open_page(page: &str, approval_id: &str) {
+    let url = format!("{}/#{approval_id}", page.trim_end_matches('/'));
+    let browser = std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty()).unwrap_or_else(|| "xdg-open".into());
+    match std::process::Command::new(&browser).arg(&url).spawn() {
+        Ok(mut child) => {
+            eprintln!("wardenctl: opened {} for {approval_id}", safe(&url));
+            std::thread::spawn(move || child.wait());
+        }
+        Err(e) => eprintln!("wardenctl: cannot open {} with {}: {e}; open it yourself", safe(&url), safe(&browser)),
     }
 }
 
@@ -428,6 +480,7 @@ fn approval_json(approval: &pb::Approval) -> serde_json::Value {
         "policy_ids": approval.policy_ids,
         "reasons": approval.reasons,
         "approvers": approval.approvers,
+        "passkey_policies": approval.passkey_policies,
         "harness": approval.harness,
         "request_hash": approval.request_hash,
         "created_at": crate::format::timestamp_str(approval.created_at.as_ref()),

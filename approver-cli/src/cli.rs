@@ -46,6 +46,9 @@ pub(crate) enum Command {
     /// Time-bounded grants (needs an admin token).
     #[command(subcommand)]
     Grants(GrantsCommand),
+    /// Approvers' passkeys for the approval page (needs an admin token).
+    #[command(subcommand)]
+    Approvers(ApproversCommand),
     /// Sessions: labels and lockdown (needs an admin token).
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -169,8 +172,40 @@ pub(crate) enum ApprovalsCommand {
     /// Print each pending approval as it comes, and how it ends.
     Watch {
         /// Also show each as a desktop notification with Approve and Deny buttons
+        /// (for an approval that needs a passkey: Open approval page and Deny)
         #[arg(long)]
         notify: bool,
+        /// The approval page's URL (wardend --web), opened in the browser
+        /// ($BROWSER, else xdg-open) from a passkey approval's notification
+        #[arg(long, value_name = "URL", env = "WARDEN_WEB_URL")]
+        page: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ApproversCommand {
+    /// A single-use link, valid for 10 minutes, that the approver opens to
+    /// register a passkey (wardend must serve --web). NAME is an approver
+    /// credential's name; the passkey stands for it and its groups.
+    Enroll {
+        /// The approver credential's name
+        name: String,
+    },
+    /// The passkeys enrolled.
+    List,
+    /// Make a registered passkey count: the approver reads its key id from
+    /// the page after registering it; confirm that one (a link that leaked
+    /// enrols nothing that counts).
+    Confirm {
+        /// The approver credential's name
+        name: String,
+        /// The key id the approver read out
+        key_id: String,
+    },
+    /// Remove every passkey of an approver (and end its sign-ins).
+    Revoke {
+        /// The approver credential's name
+        name: String,
     },
 }
 

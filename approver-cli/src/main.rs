@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod approvals;
+mod approvers;
 mod audit;
 mod authorize;
 mod cli;
@@ -82,8 +83,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     };
                     approvals::resolve(client, request, cli.json).await?;
                 }
-                ApprovalsCommand::Watch { notify } => approvals::watch(client, notify, cli.json).await?,
+                ApprovalsCommand::Watch { notify, page } => approvals::watch(client, notify, page, cli.json).await?,
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Approvers(command) => {
+            approvers::approvers(cli.connection.admin().await?, command, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Grants(command) => {

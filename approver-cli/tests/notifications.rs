@@ -70,7 +70,9 @@ impl Drop for Desktop {
 }
 
 impl Desktop {
-    async fn start() -> Self {
+    /// A desktop whose person picks the action labelled `pick` (the first
+    /// that starts so) from a notification's menu.
+    async fn start(pick: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut children = Vec::new();
         // A display number no other test run uses.
@@ -95,10 +97,11 @@ impl Desktop {
         children.push(bus_daemon);
 
         // dunst hands the actions of its notifications to "dmenu"; this one
-        // picks Approve, as a person clicking it would.
-        let pick = dir.path().join("pick-approve");
-        // (Not "Approve 15 min": that one approves for a window.)
-        std::fs::write(&pick, "#!/bin/sh\ngrep -- Approve | grep -v -- '15 min' | head -n1\n").unwrap();
+        // picks one, as a person clicking it would (when there is none,
+        // nothing).
+        let label = pick;
+        let pick = dir.path().join("pick");
+        std::fs::write(&pick, format!("#!/bin/sh\ngrep -- '{label}' | head -n1\n")).unwrap();
         std::fs::set_permissions(&pick, std::fs::Permissions::from_mode(0o755)).unwrap();
         let config = dir.path().join("dunstrc");
         std::fs::write(&config, format!("[global]\n    dmenu = {}\n    browser = /bin/true\n", pick.display()))
@@ -152,6 +155,25 @@ impl Desktop {
     }
 }
 
+/// Whether the desktop programs are here; says why not, and fails when
+/// `WARDEN_REQUIRE_DESKTOP` is set.
+fn have_a_desktop() -> bool {
+    let missing = missing_programs();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("WARDEN_REQUIRE_DESKTOP").is_none(),
+        "WARDEN_REQUIRE_DESKTOP is set but {} missing",
+        missing.join(", ")
+    );
+    println!(
+        "skipping the desktop notification test: {} not installed (apt-get install xvfb dbus-daemon dbus-bin dunst)",
+        missing.join(", ")
+    );
+    false
+}
+
 fn wardenctl(endpoint: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
     command.args(["--endpoint", endpoint]).env("WARDEN_TOKEN", APPROVER).env_remove("WARDEN_TOKEN_FILE");
@@ -160,20 +182,10 @@ fn wardenctl(endpoint: &str) -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_from_a_real_desktop_notification() {
-    let missing = missing_programs();
-    if !missing.is_empty() {
-        assert!(
-            std::env::var_os("WARDEN_REQUIRE_DESKTOP").is_none(),
-            "WARDEN_REQUIRE_DESKTOP is set but {} missing",
-            missing.join(", ")
-        );
-        println!(
-            "skipping the desktop notification test: {} not installed (apt-get install xvfb dbus-daemon dbus-bin dunst)",
-            missing.join(", ")
-        );
+    if !have_a_desktop() {
         return;
     }
-    let desktop = Desktop::start().await;
+    let desktop = Desktop::start("Approve").await;
     let data = tempfile::tempdir().unwrap();
     let server = monitor(data.path()).await;
     let endpoint = format!("http://{}", server.addr());
@@ -204,7 +216,7 @@ async fn approve_from_a_real_desktop_notification() {
     let client = harness(&server).await;
     let actor = Actor::new("alice", "claude-code", "desk-1");
     let waiting = tokio::spawn(async move {
-        client.check(&actor, ActionRequest::exec(["git", "push", "origin", "main"]).justification("hotfix")).await
+        client.check(&actor, ActionRequest::exec(["git", "-c", "core.pager=cat", "log"]).justification("history")).await
     });
 
     desktop.displaying(1).await;
@@ -262,6 +274,99 @@ async fn approve_from_a_real_desktop_notification() {
 
     // Resolved: the notification goes away.
     desktop.displaying(0).await;
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    drop(desktop);
+    server.stop().await.unwrap();
+}
+
+/// A push to a protected branch needs a passkey (`@approval("passkey")` in
+/// the bundled pack): its notification offers "Open approval page" and
+/// Deny, no Approve. Opening the page resolves nothing, and neither does a
+/// forged Approve click.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passkey_approval_on_the_desktop_opens_the_page_and_cannot_be_approved_there() {
+    if !have_a_desktop() {
+        return;
+    }
+    let desktop = Desktop::start("Open approval page").await;
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    // The "browser": writes the URL it was asked to open.
+    let opened = data.path().join("opened");
+    let browser = data.path().join("browser");
+    std::fs::write(&browser, format!("#!/bin/sh\nprintf '%s' \"$1\" > {}\n", opened.display())).unwrap();
+    std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let mut watcher = desktop
+        .command(env!("CARGO_BIN_EXE_wardenctl"))
+        .args(["--endpoint", &endpoint, "approvals", "watch", "--notify", "--page", "http://localhost:8443"])
+        .env("WARDEN_TOKEN", APPROVER)
+        .env("BROWSER", &browser)
+        .env_remove("WARDEN_TOKEN_FILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(watcher.stderr.take().unwrap());
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let pending = harness(&server)
+        .await
+        .authorize(
+            &Actor::new("alice", "claude-code", "desk-2"),
+            ActionRequest::exec(["git", "push", "origin", "main"]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(pending.outcome, Outcome::Pending);
+    assert!(pending.policy_ids.contains(&"commands.protected-branch-push".to_owned()), "{:?}", pending.policy_ids);
+    desktop.displaying(1).await;
+
+    let desktop = tokio::task::spawn_blocking(move || {
+        // A forged Approve from another program on the bus.
+        let forged = desktop
+            .command("dbus-send")
+            .args([
+                "--session",
+                "--type=signal",
+                "/org/freedesktop/Notifications",
+                "org.freedesktop.Notifications.ActionInvoked",
+            ])
+            .args(["uint32:1", "string:approve"])
+            .status()
+            .unwrap();
+        assert!(forged.success());
+        // The person picks "Open approval page" from dunst's menu.
+        assert!(desktop.command("dunstctl").arg("context").status().unwrap().success());
+        desktop
+    })
+    .await
+    .unwrap();
+    let url = eventually("the browser opened", || std::future::ready(std::fs::read_to_string(&opened).ok())).await;
+    assert_eq!(url, format!("http://localhost:8443/#{}", pending.approval_id));
+    let mut seen = Vec::new();
+    eventually("the watcher says it ignored the forged click", || {
+        seen.extend(lines.try_iter());
+        std::future::ready(seen.iter().any(|l| l.contains("ignored a click on notification")).then_some(()))
+    })
+    .await;
+
+    let mut approvals = warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(
+        tonic::transport::Channel::from_shared(endpoint.clone()).unwrap().connect().await.unwrap(),
+        BearerToken::new(APPROVER).unwrap(),
+    );
+    let listed = approvals.list_pending(warden_proto::v1::ListPendingRequest::default()).await.unwrap().into_inner();
+    assert_eq!(listed.approvals.len(), 1, "still pending: neither opening the page nor a forged click approves");
+    assert_eq!(listed.approvals[0].passkey_policies, ["commands.protected-branch-push"]);
+    assert_eq!(desktop.displayed(), 1, "the notification stays until the approval is resolved");
     let _ = watcher.kill();
     let _ = watcher.wait();
     drop(desktop);

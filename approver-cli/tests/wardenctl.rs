@@ -471,6 +471,58 @@ async fn approvals_list_shows_every_part_of_a_command() {
     server.stop().await.unwrap();
 }
 
+/// `approvers enroll|list|revoke`: no link without the approval page; with
+/// it, a single-use link on the page's origin for an approver credential
+/// only; each step audited. A passkey approval says so in `approvals show`,
+/// and `approvals approve` names the policy and resolves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvers_enrolment_and_a_passkey_approval_from_the_command_line() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let without_page = wardenctl(&endpoint, ADMIN, &["approvers", "enroll", "o"]).await;
+    assert_eq!(without_page.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&without_page.stderr).contains("--web"), "{without_page:?}");
+
+    let origin = server.serve_web(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), None).unwrap();
+    assert!(origin.starts_with("http://localhost:"), "{origin}");
+    let link = wardenctl(&endpoint, ADMIN, &["--json", "approvers", "enroll", "o"]).await;
+    assert!(link.status.success(), "{link:?}");
+    let link: serde_json::Value = serde_json::from_str(stdout(&link).trim()).unwrap();
+    let url = link["url"].as_str().unwrap();
+    assert!(url.starts_with(&format!("{origin}/enroll#")), "{url}");
+    assert!(url.len() > format!("{origin}/enroll#").len() + 40, "a long random token: {url}");
+    // Only approver credentials; and only admins make links.
+    let harness_name = wardenctl(&endpoint, ADMIN, &["approvers", "enroll", "h"]).await;
+    assert!(String::from_utf8_lossy(&harness_name.stderr).contains("not an approver credential"), "{harness_name:?}");
+    let by_approver = wardenctl(&endpoint, APPROVER, &["approvers", "enroll", "o"]).await;
+    assert_eq!(by_approver.status.code(), Some(1), "{by_approver:?}");
+    let listed = wardenctl(&endpoint, ADMIN, &["approvers", "list"]).await;
+    assert_eq!(stdout(&listed).trim(), "no passkeys enrolled");
+    let revoked = wardenctl(&endpoint, ADMIN, &["approvers", "revoke", "o"]).await;
+    assert!(String::from_utf8_lossy(&revoked.stderr).contains("no passkey enrolled"), "{revoked:?}");
+    let tail = wardenctl(&endpoint, ADMIN, &["--json", "audit", "tail", "-n", "20"]).await;
+    assert!(stdout(&tail).contains("approver.enroll-link"), "{}", stdout(&tail));
+
+    // A push to main waits for a passkey.
+    let args = [&ALICE[..], &["exec", "--", "git", "push", "origin", "main"]].concat();
+    let pending = wardenctl(&endpoint, HARNESS, &args).await;
+    assert_eq!(pending.status.code(), Some(3), "{}", stdout(&pending));
+    let json = wardenctl(&endpoint, APPROVER, &["--json", "approvals", "list"]).await;
+    let approval: serde_json::Value = serde_json::from_str(stdout(&json).lines().next().unwrap()).unwrap();
+    assert_eq!(approval["passkey_policies"], serde_json::json!(["commands.protected-branch-push"]));
+    let id = approval["approval_id"].as_str().unwrap();
+    let shown = wardenctl(&endpoint, APPROVER, &["approvals", "show", id]).await;
+    assert!(stdout(&shown).contains("approve with a passkey on the approval page"), "{}", stdout(&shown));
+    let approve = wardenctl(&endpoint, APPROVER, &["approvals", "approve", id]).await;
+    assert_eq!(approve.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&approve.stderr);
+    assert!(error.contains("commands.protected-branch-push") && error.contains("passkey"), "{error}");
+    let deny = wardenctl(&endpoint, APPROVER, &["approvals", "deny", id, "--message", "use a branch"]).await;
+    assert!(deny.status.success() && stdout(&deny).starts_with("DENIED"), "{deny:?}");
+    server.stop().await.unwrap();
+}
+
 /// `audit export`: JSON lines in the documented schema, by seq and by time,
 /// from the running monitor and (the same lines) from the stopped store,
 /// and a follower that sees a new record as it is written.
@@ -613,7 +665,8 @@ fn bash_completes_subcommands_and_flags() {
         eprintln!("skipped: bash not found");
         return;
     }
-    assert_eq!(bash_completes(&["appr"]), ["approvals"]);
+    assert_eq!(bash_completes(&["appr"]), ["approvals", "approvers"]);
+    assert_eq!(bash_completes(&["approve"]), ["approvers"]);
     let approvals = bash_completes(&["approvals", ""]);
     for expected in ["list", "show", "approve", "deny", "watch"] {
         assert!(approvals.iter().any(|c| c == expected), "{expected} not in {approvals:?}");

@@ -65,6 +65,7 @@ fn main() {
                 created_unix_ns: 0,
                 approver_groups: None,
                 harness: String::new(),
+                passkey: false,
             })
             .collect();
         let built = Instant::now();

@@ -223,6 +223,23 @@ impl Credentials {
         self.by_cert.get(&<[u8; 32]>::from(Sha256::digest(der))).cloned()
     }
 
+    /// The approver credential named `name`.
+    pub(crate) fn approver(&self, name: &str) -> Option<Arc<Caller>> {
+        self.by_hash.values().chain(self.by_cert.values()).find(|c| c.name == name && c.role == Role::Approver).cloned()
+    }
+
+    /// The groups of the approver credential named `name`, as listed.
+    pub(crate) fn approver_groups(&self, name: &str) -> Option<Vec<String>> {
+        self.approver(name).map(|caller| match &caller.groups {
+            UserScope::All => vec!["*".to_owned()],
+            UserScope::Only(groups) => {
+                let mut groups: Vec<String> = groups.iter().cloned().collect();
+                groups.sort();
+                groups
+            }
+        })
+    }
+
     /// The caller whose token this is.
     pub(crate) fn authenticate(&self, token: &str) -> Option<Arc<Caller>> {
         self.by_hash.get(&hash_token(token)).cloned()
@@ -238,6 +255,11 @@ fn scope(names: &[String]) -> Result<UserScope, &'static str> {
         return Ok(UserScope::All);
     }
     Ok(UserScope::Only(names.iter().cloned().collect()))
+}
+
+/// Whether `scope` is exactly the groups `names` (as a credential lists them).
+pub(crate) fn same_groups(scope: &UserScope, names: &[String]) -> bool {
+    self::scope(names).is_ok_and(|listed| &listed == scope)
 }
 
 /// Hex SHA-256 of bytes, e.g. a DER certificate for `cert_sha256`.

@@ -110,6 +110,11 @@ pub struct FileConfig {
     /// The uids that may connect to it (default: the data folder's owner).
     #[serde(default)]
     pub(crate) socket_uids: Vec<u32>,
+    /// The approval page's listener (off when absent).
+    pub(crate) web: Option<String>,
+    /// The URL approvers open the page at (https, a DNS name; default on
+    /// loopback: `http://localhost:PORT`).
+    pub(crate) web_origin: Option<String>,
     /// Credentials, in addition to those in the data folder.
     #[serde(default)]
     pub(crate) credentials: Vec<CredentialConfig>,
@@ -257,6 +262,10 @@ pub struct Settings {
     pub socket: Option<PathBuf>,
     /// The uids that may connect to it.
     pub socket_uids: Vec<u32>,
+    /// The approval page's listener.
+    pub web: Option<String>,
+    /// The URL approvers open the page at.
+    pub web_origin: Option<String>,
     /// Credentials from the configuration file.
     pub credentials: Vec<CredentialConfig>,
     /// `[audit]`.
@@ -314,6 +323,8 @@ impl Settings {
             tls_client_ca: file.tls_client_ca,
             socket: file.socket,
             socket_uids: file.socket_uids,
+            web: file.web,
+            web_origin: file.web_origin,
             credentials: file.credentials,
             audit: audit_config(file.audit)?,
         })
@@ -426,7 +437,7 @@ pub fn load_or_create_credentials(
 }
 
 /// Writes a file readable by its owner only, atomically (temp file, fsync, rename).
-fn write_private(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
+pub(crate) fn write_private(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
     let io = |source| ConfigError::Io { path: path.to_owned(), source };
     let tmp = path.with_extension("tmp");
     // A stale temp file (or a link planted there) is removed, and the new one

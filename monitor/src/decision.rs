@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 use crate::command::Part;
 pub(crate) use crate::entities::cedar_datetime;
 use crate::entities::{Ancestors, add_known, uid};
-use crate::grants::{CompiledGrant, UserGrants};
+use crate::grants::{CompiledGrant, Liftable, UserGrants};
 use crate::normalize::{InvalidInput, NormalizedRequest, Resource, normalize_resource};
 use crate::policy::PolicySnapshot;
 
@@ -64,6 +64,9 @@ pub(crate) struct ApprovalTerms {
     pub(crate) timeout: Duration,
     /// The policies that would permit the action once approved.
     pub(crate) permit_ids: Vec<String>,
+    /// The `@id`s of the policies in the way marked `@approval("passkey")`:
+    /// when any, approving needs a passkey assertion.
+    pub(crate) passkey: Vec<String>,
 }
 
 /// The result of evaluating one request.
@@ -315,6 +318,7 @@ fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
     if !pending.is_empty() {
         let mut approvers = Vec::new();
         let mut permit_ids = Vec::new();
+        let mut passkey = Vec::new();
         let mut timeout: Option<Duration> = None;
         for (i, (part, e)) in &pending {
             add(&mut policy_ids, &e.policy_ids);
@@ -322,17 +326,19 @@ fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
             if let Some(terms) = &e.approval {
                 add(&mut approvers, &terms.approvers);
                 add(&mut permit_ids, &terms.permit_ids);
+                add(&mut passkey, &terms.passkey);
                 timeout = Some(timeout.map_or(terms.timeout, |t| t.min(terms.timeout)));
             }
         }
         approvers.sort();
         policy_ids.sort();
         permit_ids.sort();
+        passkey.sort();
         return Evaluation {
             outcome: Outcome::Pending,
             policy_ids,
             reasons,
-            approval: Some(ApprovalTerms { approvers, timeout: timeout.unwrap_or_default(), permit_ids }),
+            approval: Some(ApprovalTerms { approvers, timeout: timeout.unwrap_or_default(), permit_ids, passkey }),
             parts: lines,
             ..Evaluation::default()
         };
@@ -385,9 +391,9 @@ fn decide_one(
         && grant_ids.iter().any(|id| grants.get(id).is_some_and(CompiledGrant::restricted))
     {
         match evaluator.liftable_forbids(snapshot) {
-            Ok(liftable) => grant_ids.retain(|id| {
-                grants.get(id).is_some_and(|g| liftable.iter().all(|approvers| g.lifts(approvers.as_deref())))
-            }),
+            Ok(liftable) => {
+                grant_ids.retain(|id| grants.get(id).is_some_and(|g| liftable.iter().all(|forbid| g.lifts(forbid))))
+            }
             Err(e) => return e.into_result(),
         }
     }
@@ -729,9 +735,10 @@ impl<'a> Evaluator<'a> {
         Ok(Ok(ids))
     }
 
-    /// The `@approvers` group of each forbid in the way that a person's
-    /// approval would lift (satisfied without approval, not with it).
-    fn liftable_forbids(&self, snapshot: &PolicySnapshot) -> Result<Vec<Option<String>>, RequestError> {
+    /// The `@approvers` group and passkey mark of each forbid in the way
+    /// that a person's approval would lift (satisfied without approval, not
+    /// with it).
+    fn liftable_forbids(&self, snapshot: &PolicySnapshot) -> Result<Vec<Liftable>, RequestError> {
         let forbids = |response: &Response| -> BTreeSet<PolicyId> {
             response
                 .diagnostics()
@@ -745,7 +752,7 @@ impl<'a> Evaluator<'a> {
         Ok(unapproved
             .difference(&approved)
             .filter_map(|id| snapshot.meta(id))
-            .map(|meta| meta.approvers.clone())
+            .map(|meta| Liftable { approvers: meta.approvers.clone(), passkey: meta.passkey })
             .collect())
     }
 
@@ -828,7 +835,13 @@ fn approval_terms(
     let metas: Vec<_> = in_the_way.iter().filter_map(|id| snapshot.meta(id)).collect();
     let approvers: BTreeSet<String> = metas.iter().filter_map(|m| m.approvers.clone()).collect();
     let timeout = metas.iter().filter_map(|m| m.timeout).min().unwrap_or(config.default_approval_timeout);
-    ApprovalTerms { approvers: approvers.into_iter().collect(), timeout, permit_ids }
+    let passkey: BTreeSet<String> = metas.iter().filter(|m| m.passkey).map(|m| m.id.clone()).collect();
+    ApprovalTerms {
+        approvers: approvers.into_iter().collect(),
+        timeout,
+        permit_ids,
+        passkey: passkey.into_iter().collect(),
+    }
 }
 
 /// The `@label`s of the policies `ids`.

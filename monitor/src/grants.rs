@@ -46,6 +46,11 @@ pub struct Grant {
     /// scoped to its harness and user.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub harness: String,
+    /// For a window an approver granted: whether that approval was given
+    /// with a passkey. A window approved with a token alone never counts as
+    /// approval for a forbid marked `@approval("passkey")`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub passkey: bool,
 }
 
 /// What a grant covers on the resource side.
@@ -225,7 +230,18 @@ pub(crate) fn compile(grant: &Grant, snapshot: &PolicySnapshot) -> Result<Compil
         session: grant.session.clone(),
         harness: grant.harness.clone(),
         approver_groups: grant.approver_groups.clone(),
+        passkey: grant.passkey,
     })
+}
+
+/// A forbid in the way that a person's approval would lift, as a window
+/// grant sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Liftable {
+    /// Its `@approvers` group; none: any approver.
+    pub(crate) approvers: Option<String>,
+    /// Whether it is marked `@approval("passkey")`.
+    pub(crate) passkey: bool,
 }
 
 /// A grant's Cedar policy, with what of its scope is checked before Cedar
@@ -244,6 +260,8 @@ pub(crate) struct CompiledGrant {
     harness: String,
     /// See [`Grant::approver_groups`].
     approver_groups: Option<Vec<String>>,
+    /// See [`Grant::passkey`].
+    passkey: bool,
 }
 
 impl CompiledGrant {
@@ -254,10 +272,13 @@ impl CompiledGrant {
     }
 
     /// Whether this grant counts as approval for a forbid whose
-    /// `@approvers` group is `approvers` (none: any approver).
-    pub(crate) fn lifts(&self, approvers: Option<&str>) -> bool {
-        match (&self.approver_groups, approvers) {
-            (None, _) | (Some(_), None) => true,
+    /// `@approvers` group is `approvers` (none: any approver) and that
+    /// needs a passkey or not.
+    pub(crate) fn lifts(&self, forbid: &Liftable) -> bool {
+        match (&self.approver_groups, &forbid.approvers) {
+            (None, _) => true,
+            (Some(_), _) if forbid.passkey && !self.passkey => false,
+            (Some(_), None) => true,
             (Some(groups), Some(group)) => groups.iter().any(|g| g == "*" || g == group),
         }
     }
@@ -465,6 +486,7 @@ mod tests {
             created_unix_ns: 0,
             approver_groups: None,
             harness: String::new(),
+            passkey: false,
         };
         let text = grant_policy(&grant, &parse_scope("dir:/tmp").unwrap());
         assert!(text.contains(r#"principal in User::"al\"ice""#), "{text}");

@@ -143,8 +143,11 @@ pub(crate) async fn router(
         guard(Role::Approver),
     );
     let admin = tonic::service::interceptor::InterceptedService::new(
-        pb::admin_server::AdminServer::new(AdminService::new(Arc::clone(monitor)))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        pb::admin_server::AdminServer::new(AdminService {
+            monitor: Arc::clone(monitor),
+            credentials: Arc::clone(credentials),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES),
         guard(Role::Admin),
     );
     let mut builder =
@@ -196,6 +199,7 @@ impl From<CallError> for Status {
                     ),
                 }
             }
+            CallError::Unavailable(message) => Status::unavailable(message),
         }
     }
 }
@@ -253,13 +257,8 @@ impl pb::authority_server::Authority for AuthorityService {
 /// The `Admin` service for the security team.
 pub(crate) struct AdminService {
     monitor: Arc<Monitor>,
-}
-
-impl AdminService {
-    /// Serves `monitor`.
-    pub(crate) fn new(monitor: Arc<Monitor>) -> Self {
-        Self { monitor }
-    }
+    /// To look up the approver credential a passkey is enrolled for.
+    credentials: Arc<Credentials>,
 }
 
 /// Approvals in a `ListPending` page unless asked otherwise, and at most.
@@ -372,6 +371,7 @@ impl pb::admin_server::Admin for AdminService {
                     reason: m.reason,
                     approver_groups: None,
                     harness: m.harness,
+                    passkey: false,
                 },
             )
             .await?;
@@ -462,6 +462,49 @@ impl pb::admin_server::Admin for AdminService {
         let caller = caller(&request)?;
         let (loaded, status) = self.monitor.reload(&caller.name).await?;
         Ok(Response::new(pb::ReloadPoliciesResponse { loaded, status: Some(status_to_proto(status)) }))
+    }
+
+    async fn enroll_approver(
+        &self,
+        request: Request<pb::EnrollApproverRequest>,
+    ) -> Result<Response<pb::EnrollApproverResponse>, Status> {
+        let caller = caller(&request)?;
+        let name = request.into_inner().name;
+        let groups = self.credentials.approver_groups(&name).ok_or_else(|| {
+            Status::invalid_argument(format!("name: `{name}` is not an approver credential of this monitor"))
+        })?;
+        let url = self.monitor.enroll_link(&caller, &name, groups).await?;
+        let expires = crate::service::unix_ns(self.monitor.now())
+            .saturating_add(i64::try_from(crate::passkeys::LINK_VALID.as_nanos()).unwrap_or(i64::MAX));
+        Ok(Response::new(pb::EnrollApproverResponse { url, expires_at: Some(timestamp(expires)) }))
+    }
+
+    async fn list_approvers(
+        &self,
+        _request: Request<pb::ListApproversRequest>,
+    ) -> Result<Response<pb::ListApproversResponse>, Status> {
+        let passkeys = self.monitor.approvers().into_iter().map(passkey_to_proto).collect();
+        Ok(Response::new(pb::ListApproversResponse { passkeys }))
+    }
+
+    async fn confirm_approver(
+        &self,
+        request: Request<pb::ConfirmApproverRequest>,
+    ) -> Result<Response<pb::ApproverPasskey>, Status> {
+        let caller = caller(&request)?;
+        let message = request.into_inner();
+        let confirmed = self.monitor.confirm_approver(&caller, &message.name, &message.key_id).await?;
+        Ok(Response::new(passkey_to_proto(confirmed)))
+    }
+
+    async fn revoke_approver(
+        &self,
+        request: Request<pb::RevokeApproverRequest>,
+    ) -> Result<Response<pb::RevokeApproverResponse>, Status> {
+        let caller = caller(&request)?;
+        let name = request.into_inner().name;
+        let revoked = self.monitor.revoke_approver(&caller, &name).await?;
+        Ok(Response::new(pb::RevokeApproverResponse { revoked: u32::try_from(revoked).unwrap_or(u32::MAX) }))
     }
 
     async fn verify_audit(
@@ -644,9 +687,23 @@ impl pb::approvals_server::Approvals for ApprovalsService {
             grant_for_seconds: message.grant_for_seconds,
             grant_scope: message.grant_scope,
             request_hash: message.request_hash,
+            // A token is no passkey: only the approval page sets it.
+            passkey: None,
         };
         let approval = tracing::Instrument::instrument(self.monitor.resolve(&caller, resolution), span).await?;
         Ok(Response::new(approval_to_proto(approval)))
+    }
+}
+
+fn passkey_to_proto(e: crate::passkeys::Enrolled) -> pb::ApproverPasskey {
+    pb::ApproverPasskey {
+        key_id: e.key_id(),
+        confirmed: e.confirmed,
+        name: e.name,
+        groups: e.groups,
+        enrolled_at: Some(timestamp(e.enrolled_unix_ns)),
+        enrolled_by: e.enrolled_by,
+        last_used_at: e.used_unix_ns.map(timestamp),
     }
 }
 
@@ -754,6 +811,7 @@ pub(crate) fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
         note: approval.note,
         request_hash: approval.request_hash,
         approvers: approval.approvers,
+        passkey_policies: approval.passkey_policies,
         harness: approval.harness,
         permit_ids: approval.permit_ids,
         decision: Some(decision_to_proto(approval.decision)),

@@ -23,6 +23,7 @@ pub(crate) mod index;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub mod normalize;
+pub(crate) mod passkeys;
 pub mod policy;
 pub mod policytest;
 pub mod programs;
@@ -33,6 +34,7 @@ pub mod service;
 pub mod store;
 pub mod verify;
 pub(crate) mod watch;
+pub(crate) mod web;
 
 /// The binary form of the decision records (kept by `store`).
 pub use store::codec;

@@ -71,6 +71,11 @@ struct Flags {
     /// a listener of its own (never the gRPC port) [default: off]
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Serve the approval page (passkeys) on this address: HTTPS with the
+    /// TLS certificate (set web_origin in the config), or plain on loopback
+    /// at http://localhost:PORT [default: off]
+    #[arg(long, value_name = "ADDR")]
+    web: Option<String>,
 }
 
 /// mimalloc keeps freed memory for a purge delay (1 s) before it gives it
@@ -151,7 +156,8 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(settings, tls, flags.socket, flags.metrics))
+    let web = flags.web.or(settings.web.clone());
+    runtime.block_on(serve(settings, tls, flags.socket, flags.metrics, web))
 }
 
 fn init_logging(format: LogFormat) {
@@ -169,6 +175,7 @@ async fn serve(
     tls: Option<TlsPem>,
     flags_socket: Option<PathBuf>,
     metrics: Option<String>,
+    web: Option<String>,
 ) -> anyhow::Result<()> {
     let setup = load_or_create_credentials(&settings.data, &settings.credentials)?;
     if !setup.created_tokens.is_empty() {
@@ -235,6 +242,13 @@ async fn serve(
             .with_context(|| format!("cannot serve metrics on {address}"))?;
         println!("wardend metrics on http://{}/metrics", listener.local_addr()?);
         server.serve_metrics(listener);
+    }
+    if let Some(address) = web {
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .with_context(|| format!("cannot serve the approval page on {address}"))?;
+        let origin = server.serve_web(listener, settings.web_origin.as_deref())?;
+        println!("wardend approval page on {origin}");
     }
     // Only now, with every listener bound, the policies loaded and the store
     // open: a unit ordered after wardend (`Type=notify`) may connect at once.

@@ -160,6 +160,10 @@ pub(crate) struct ApprovalRecord {
     pub(crate) permit_ids: Vec<String>,
     /// Groups whose member may resolve it; empty: any approver.
     pub(crate) approvers: Vec<String>,
+    /// The policies in the way marked `@approval("passkey")`: when any,
+    /// only a passkey assertion on the approval page approves it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) passkey_policies: Vec<String>,
     /// The policy version that decided PENDING.
     pub(crate) policy_version: String,
     /// Created, nanoseconds since the Unix epoch.

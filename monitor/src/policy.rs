@@ -135,6 +135,9 @@ impl LoadError {
     }
 }
 
+/// The value of `@approval` that asks for a passkey (the only one).
+pub(crate) const PASSKEY: &str = "passkey";
+
 /// What the monitor reads from a policy's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PolicyMeta {
@@ -150,6 +153,9 @@ pub(crate) struct PolicyMeta {
     pub(crate) timeout: Option<Duration>,
     /// `@label`: a label the session gains when this policy allows an action.
     pub(crate) label: Option<String>,
+    /// `@approval("passkey")`: approving what this policy holds needs a
+    /// passkey assertion on the approval page, not a token.
+    pub(crate) passkey: bool,
     /// The file the policy came from.
     pub(crate) file: String,
 }
@@ -200,7 +206,8 @@ impl PolicySnapshot {
     pub(crate) fn from_files(files: &PolicyFiles) -> Result<Self, LoadError> {
         let schema = parse_schema(&files.schema)?;
         let mut diagnostics = Vec::new();
-        let (policies, meta, sources) = parse_policies(&files.policies, &mut diagnostics);
+        let mut annotation_warnings = Vec::new();
+        let (policies, meta, sources) = parse_policies(&files.policies, &mut diagnostics, &mut annotation_warnings);
         if !diagnostics.is_empty() {
             return Err(LoadError { diagnostics });
         }
@@ -216,13 +223,14 @@ impl PolicySnapshot {
         if !diagnostics.is_empty() {
             return Err(LoadError { diagnostics });
         }
-        let warnings = result
+        let mut warnings: Vec<SourceDiagnostic> = result
             .validation_warnings()
             .map(|warning| {
                 let (file, source) = locate_policy(warning.policy_id());
                 SourceDiagnostic::from_miette(&file, source, warning)
             })
             .collect();
+        warnings.extend(annotation_warnings);
         let entities = match &files.entities {
             Some(text) => Entities::from_json_str(text, Some(&schema))
                 .map_err(|e| LoadError::one(SourceDiagnostic::whole_file(ENTITIES_FILE, diagnostic_message(&e))))?,
@@ -413,7 +421,15 @@ type Parsed = (PolicySet, HashMap<PolicyId, PolicyMeta>, HashMap<String, String>
 
 /// Parses every policy file, re-keys each policy by its `@id` and reads its
 /// annotations. Problems go to `diagnostics`.
-fn parse_policies(files: &BTreeMap<String, String>, diagnostics: &mut Vec<SourceDiagnostic>) -> Parsed {
+/// The annotations the monitor reads; any other is reported as a warning
+/// (a misspelt `@approval` would otherwise leave a forbid approvable by token).
+const ANNOTATIONS: [&str; 6] = ["id", "reason", "approvers", "timeout", "label", "approval"];
+
+fn parse_policies(
+    files: &BTreeMap<String, String>,
+    diagnostics: &mut Vec<SourceDiagnostic>,
+    warnings: &mut Vec<SourceDiagnostic>,
+) -> Parsed {
     let mut set = PolicySet::new();
     let mut meta: HashMap<PolicyId, PolicyMeta> = HashMap::new();
     let mut sources = HashMap::new();
@@ -490,6 +506,36 @@ fn parse_policies(files: &BTreeMap<String, String>, diagnostics: &mut Vec<Source
                 },
                 None => None,
             };
+            for (key, _) in policy.annotations() {
+                if !ANNOTATIONS.contains(&key) {
+                    let (line, column, source_line) = locate(text, at);
+                    warnings.push(SourceDiagnostic {
+                        file: file.clone(),
+                        line,
+                        column,
+                        message: format!(
+                            "unknown annotation @{key} on `{id}`: the monitor reads only @{}; this one changes nothing",
+                            ANNOTATIONS.join(", @")
+                        ),
+                        help: None,
+                        source_line: Some(source_line),
+                    });
+                }
+            }
+            let passkey = match policy.annotation("approval").map(str::trim) {
+                None => false,
+                Some(PASSKEY) => true,
+                Some(other) => {
+                    problem(format!("@approval(\"{other}\") is not known: the only kind is @approval(\"{PASSKEY}\")"));
+                    continue;
+                }
+            };
+            if passkey && policy.effect() != Effect::Forbid {
+                problem(format!(
+                    "@approval(\"{PASSKEY}\") belongs on a forbid that an approval lifts, not on a permit"
+                ));
+                continue;
+            }
             let nonempty =
                 |key: &str| policy.annotation(key).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
             meta.insert(
@@ -501,6 +547,7 @@ fn parse_policies(files: &BTreeMap<String, String>, diagnostics: &mut Vec<Source
                     approvers: nonempty("approvers"),
                     timeout,
                     label: nonempty("label"),
+                    passkey,
                     file: file.clone(),
                 },
             );

@@ -281,6 +281,7 @@ pub(crate) fn check_case(
             created_unix_ns: 0,
             approver_groups: None,
             harness: String::new(),
+            passkey: false,
         })
         .collect();
     let (book, problems) = GrantBook::load(grants, snapshot);

@@ -118,6 +118,11 @@ pub struct RunningServer {
     /// The metrics in Prometheus's text format, read now.
     scrape: Arc<dyn Fn() -> String + Send + Sync>,
     shutdown: Shutdown,
+    /// For the approval page: the monitor (while it runs), the credentials
+    /// and the listener's TLS.
+    monitor: std::sync::Weak<crate::service::Monitor>,
+    credentials: Arc<Credentials>,
+    tls: Option<TlsPem>,
 }
 
 impl RunningServer {
@@ -126,6 +131,51 @@ impl RunningServer {
     pub fn serve_metrics(&self, listener: TcpListener) -> JoinHandle<()> {
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(crate::metrics::serve(listener, Arc::clone(&self.scrape), async move { shutdown.stopped().await }))
+    }
+
+    /// Serves the approval page on `listener` until the server stops: over
+    /// TLS with the listener's certificate when it has one (then `origin`,
+    /// the https URL approvers open, is required), else plain on loopback,
+    /// at `http://localhost:PORT` unless `origin` says otherwise. The
+    /// origin the page is served at.
+    pub fn serve_web(&self, listener: TcpListener, origin: Option<&str>) -> Result<String, ServerError> {
+        let addr = listener.local_addr().map_err(|e| ServerError::Task(format!("web listener address: {e}")))?;
+        let origin = crate::web::origin_for(addr, origin, self.tls.is_some()).map_err(ServerError::Task)?;
+        let tls = match &self.tls {
+            Some(pem) => Some(crate::web::tls_config(pem).map_err(ServerError::Task)?),
+            None => None,
+        };
+        let mut listeners = vec![listener];
+        // `localhost` is ::1 as well as 127.0.0.1, and a browser tries ::1
+        // first: whoever held that port would be the page. So a loopback
+        // page holds the port on both, or does not start.
+        if addr.ip().is_loopback() {
+            let other: SocketAddr = match addr {
+                SocketAddr::V4(_) => (std::net::Ipv6Addr::LOCALHOST, addr.port()).into(),
+                SocketAddr::V6(_) => (std::net::Ipv4Addr::LOCALHOST, addr.port()).into(),
+            };
+            match std::net::TcpListener::bind(other) {
+                Ok(bound) => {
+                    bound.set_nonblocking(true).map_err(|e| ServerError::Task(format!("{other}: {e}")))?;
+                    listeners
+                        .push(TcpListener::from_std(bound).map_err(|e| ServerError::Task(format!("{other}: {e}")))?);
+                }
+                // No such address on this machine (no IPv6): nobody can hold it.
+                Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+                Err(e) => {
+                    return Err(ServerError::Task(format!(
+                        "the approval page needs {other} as well as {addr} (a browser opening localhost may go to either): {e}"
+                    )));
+                }
+            }
+        }
+        let monitor = self.monitor.upgrade().ok_or_else(|| ServerError::Task("the monitor has stopped".into()))?;
+        monitor.passkeys().serve_at(&origin).map_err(ServerError::Task)?;
+        let router = crate::web::router(&monitor, Arc::clone(&self.credentials), &origin);
+        drop(monitor);
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(crate::web::serve(listeners, router, tls, async move { shutdown.stopped().await }));
+        Ok(origin.origin().ascii_serialization())
     }
 
     /// The address it listens on.
@@ -190,7 +240,8 @@ pub async fn start_with_signal(
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
     let key_path = config.data.join(crate::config::CHECKPOINT_KEY_FILE);
     let key = crate::checkpoint::CheckpointKey::load_or_create(&key_path).map_err(ServerError::Task)?;
-    let monitor = Arc::new(monitor.with_checkpoints(crate::service::Checkpoints {
+    let passkeys = crate::passkeys::Book::open(&config.data).map_err(ServerError::Task)?;
+    let monitor = Arc::new(monitor.with_passkeys(passkeys).with_checkpoints(crate::service::Checkpoints {
         key,
         log: config.data.join(crate::config::CHECKPOINT_LOG_FILE),
         every: config.checkpoint_every,
@@ -235,6 +286,7 @@ pub async fn start_with_signal(
         })
     };
     let shutdown = monitor.shutdown();
+    let weak_monitor = Arc::downgrade(&monitor);
     drop(monitor);
 
     let addr = listener.local_addr().map_err(|e| ServerError::Task(format!("listener address: {e}")))?;
@@ -274,7 +326,7 @@ pub async fn start_with_signal(
         tracing::info!("stopped; the store is flushed");
         Ok(())
     });
-    Ok(RunningServer { addr, stop: None, task, scrape, shutdown })
+    Ok(RunningServer { addr, stop: None, task, scrape, shutdown, monitor: weak_monitor, credentials, tls: config.tls })
 }
 
 /// How often the sweeper looks for approvals and grants past their deadline.

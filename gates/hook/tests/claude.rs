@@ -115,16 +115,6 @@ fn hook() -> String {
     format!("{} claude-code --max-wait 90", env!("CARGO_BIN_EXE_warden-hook"))
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let status = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap();
-    assert!(status.success(), "git {args:?}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_runs_what_warden_allows_and_is_told_why_the_rest_is_not() {
     let Some(claude) = claude_or_skip().unwrap() else { return };
@@ -132,19 +122,15 @@ async fn claude_code_runs_what_warden_allows_and_is_told_why_the_rest_is_not() {
     let workspace = setup.workspace();
     std::fs::write(workspace.join("notes.txt"), "hello from the notes").unwrap();
     std::fs::write(workspace.join(".env"), "SECRET=1\n").unwrap();
-    // A repository whose `origin` is a bare one next to the workspace.
-    let origin = setup.root.path().join("origin.git");
-    git(setup.root.path(), &["init", "--bare", origin.to_str().unwrap()]);
-    git(&workspace, &["init"]);
-    git(&workspace, &["add", "notes.txt"]);
-    git(&workspace, &["commit", "-m", "first"]);
-    git(&workspace, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    // A build folder to delete: a recursive delete waits for a person.
+    std::fs::create_dir_all(workspace.join("build/out")).unwrap();
+    std::fs::write(workspace.join("build/out/app"), "old build").unwrap();
 
     let model = ScriptedModel::start(vec![
         Step::tool_use("Read", json!({"file_path": workspace.join("notes.txt")})),
         Step::tool_use("Bash", json!({"command": "cat .env > leaked.txt", "description": "show the env"})),
         Step::tool_use("Write", json!({"file_path": workspace.join(".env"), "content": "SECRET=stolen\n"})),
-        Step::tool_use("Bash", json!({"command": "git push origin main", "description": "publish"})),
+        Step::tool_use("Bash", json!({"command": "rm -r build", "description": "clean the build"})),
         Step::text("done"),
     ])
     .await
@@ -169,13 +155,9 @@ async fn claude_code_runs_what_warden_allows_and_is_told_why_the_rest_is_not() {
     // The write of .env did not happen.
     assert!(results[2].is_error && results[2].content.contains("files.no-credentials"), "{results:#?}");
     assert_eq!(std::fs::read_to_string(workspace.join(".env")).unwrap(), "SECRET=1\n");
-    // The push waited for the approver, then ran: origin has main.
+    // The delete waited for the approver, then ran: the folder is gone.
     assert!(!results[3].is_error, "{results:#?}");
-    let pushed = std::process::Command::new("git")
-        .args(["--git-dir", origin.to_str().unwrap(), "rev-parse", "refs/heads/main"])
-        .output()
-        .unwrap();
-    assert!(pushed.status.success(), "origin has no main: the approved push did not run");
+    assert!(!workspace.join("build").exists(), "the approved delete did not run");
     assert_eq!(output.permission_denials().len(), 2, "{}", output.stdout);
 }
 

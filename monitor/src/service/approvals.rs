@@ -88,6 +88,7 @@ impl Monitor {
                     }
                 }),
                 harness: approval.harness.clone(),
+                passkey: resolution.passkey.is_some(),
             })
         } else {
             None
@@ -100,6 +101,9 @@ impl Monitor {
         }
         if approval.state != ApprovalState::Pending {
             return Err(not_pending(&approval));
+        }
+        if resolution.approve && resolution.passkey.is_none() {
+            needs_no_passkey(&approval.approval_id, &approval.passkey_policies)?;
         }
         if !caller.may_resolve(&approval.approvers) {
             return Err(CallError::PermissionDenied(format!(
@@ -124,14 +128,18 @@ impl Monitor {
         if resolution.approve
             && let Ok(now_in_the_way) = decide(&snapshot, &approval.request, &facts, now, &self.config.decision)
             && let Some(terms) = now_in_the_way.approval
-            && !caller.may_resolve(&terms.approvers)
         {
-            return Err(CallError::PermissionDenied(format!(
-                "approval `{}` now needs an approver of {} (the policies in the way have changed); credential `{}` is not one",
-                approval.approval_id,
-                terms.approvers.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(" and "),
-                caller.name
-            )));
+            if !caller.may_resolve(&terms.approvers) {
+                return Err(CallError::PermissionDenied(format!(
+                    "approval `{}` now needs an approver of {} (the policies in the way have changed); credential `{}` is not one",
+                    approval.approval_id,
+                    terms.approvers.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(" and "),
+                    caller.name
+                )));
+            }
+            if resolution.passkey.is_none() {
+                needs_no_passkey(&approval.approval_id, &terms.passkey)?;
+            }
         }
         let window = match &window {
             Some(window) => Some(self.compile_grant(window, &caller.name, now, &snapshot)?),
@@ -148,7 +156,10 @@ impl Monitor {
             match evaluation.outcome {
                 Outcome::Allow => {
                     let mut reasons = evaluation.reasons;
-                    reasons.push(format!("approved by `{}`", caller.name));
+                    reasons.push(match &resolution.passkey {
+                        Some(key) => format!("approved by `{}` with passkey {key}", caller.name),
+                        None => format!("approved by `{}`", caller.name),
+                    });
                     (ApprovalState::Approved, Outcome::Allow, evaluation.policy_ids, reasons, "approval.approved")
                 }
                 _ => {
@@ -162,7 +173,10 @@ impl Monitor {
             }
         } else {
             let mut reasons = approval.reasons.clone();
-            reasons.push(format!("denied by `{}`", caller.name));
+            reasons.push(match &resolution.passkey {
+                Some(key) => format!("denied by `{}` with passkey {key}", caller.name),
+                None => format!("denied by `{}`", caller.name),
+            });
             (ApprovalState::Denied, Outcome::Deny, approval.policy_ids.clone(), reasons, "approval.denied")
         };
         let actor = approval.request.actor.clone();
@@ -314,6 +328,19 @@ pub(super) fn finish(
         note: note.to_owned(),
     };
     approval
+}
+
+/// Refuses to approve with a token alone what a policy marked
+/// `@approval("passkey")` holds; denying needs no passkey.
+fn needs_no_passkey(approval_id: &str, passkey_policies: &[String]) -> Result<(), CallError> {
+    if passkey_policies.is_empty() {
+        return Ok(());
+    }
+    let policies = passkey_policies.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ");
+    Err(CallError::FailedPrecondition(format!(
+        "approval `{approval_id}` is held by {policies}, marked @approval(\"passkey\"): only a passkey on the approval page \
+         approves it, not a token (denying needs none); nothing was resolved"
+    )))
 }
 
 pub(super) fn not_pending(approval: &ApprovalRecord) -> CallError {

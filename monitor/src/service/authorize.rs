@@ -329,6 +329,7 @@ impl Decided<'_> {
             reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
             permit_ids: terms.permit_ids.clone(),
             approvers: terms.approvers.clone(),
+            passkey_policies: terms.passkey.clone(),
             policy_version: snapshot.version.clone(),
             created_unix_ns: now_ns,
             expires_unix_ns: expires.unwrap_or(now_ns),

@@ -73,6 +73,7 @@ impl Monitor {
             created_unix_ns: now_ns,
             approver_groups: request.approver_groups.clone(),
             harness: request.harness.clone(),
+            passkey: request.passkey,
         };
         let policy = compile(&grant, snapshot)?;
         Ok((grant, policy))

@@ -22,6 +22,7 @@ use crate::policy::PolicySnapshot;
 use crate::store::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange, Store, StoreError, VerifyReport};
 
 mod approvals;
+mod approvers;
 mod audit;
 mod authorize;
 mod grants;
@@ -61,6 +62,9 @@ pub(crate) enum CallError {
     /// The store failed: nothing is allowed without a durable record.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Something the call needs cannot be kept now (the passkeys file).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Tells long-running calls (waits, followed streams) that the monitor is
@@ -97,6 +101,10 @@ pub(crate) struct Resolution {
     /// When set, the approval must be for exactly this request (the hash the
     /// approver was shown), else nothing is resolved.
     pub(crate) request_hash: String,
+    /// Set only by the approval page, once it has verified a passkey
+    /// assertion bound to this approval, its request and this outcome: the
+    /// enrolled credential that signed. Over gRPC it is always `None`.
+    pub(crate) passkey: Option<String>,
 }
 
 /// Most resources one `Preview` call may ask about.
@@ -188,6 +196,8 @@ pub(crate) struct GrantRequest {
     /// Only the sessions of this harness credential (see [`Grant::harness`]);
     /// empty for an admin's grant.
     pub(crate) harness: String,
+    /// A window approved with a passkey (see [`Grant::passkey`]).
+    pub(crate) passkey: bool,
 }
 
 /// What a lock targets: exactly one of session, user, agent.
@@ -297,6 +307,8 @@ pub(crate) struct Monitor {
     /// Serializes admin changes to grants and locks with their in-memory copies.
     admin: tokio::sync::Mutex<()>,
     shutdown: Shutdown,
+    /// Approvers' passkeys (none until `with_passkeys`).
+    passkeys: Arc<crate::passkeys::Book>,
 }
 
 /// A read of a lock that a panicking writer left poisoned is still whole.
@@ -335,10 +347,11 @@ impl Monitor {
             locks: RwLock::new(locks),
             admin: tokio::sync::Mutex::new(()),
             shutdown,
+            passkeys: Arc::new(crate::passkeys::Book::empty()),
         })
     }
 
-    fn now(&self) -> OffsetDateTime {
+    pub(crate) fn now(&self) -> OffsetDateTime {
         (self.config.clock)()
     }
 
@@ -582,7 +595,7 @@ pub(crate) fn unix_ns(t: OffsetDateTime) -> i64 {
 }
 
 /// RFC 3339 for messages.
-fn format_time(unix_ns: i64) -> String {
+pub(crate) fn format_time(unix_ns: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns))
         .ok()
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())

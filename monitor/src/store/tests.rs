@@ -142,6 +142,7 @@ fn pending_of(n: u32, actor: Actor) -> Commit {
         reasons: vec!["needs a person".into()],
         permit_ids: vec![],
         approvers: vec![],
+        passkey_policies: vec![],
         policy_version: "v".into(),
         created_unix_ns: 0,
         expires_unix_ns: i64::MAX,

@@ -155,6 +155,7 @@ fn grants(rng: &mut Lcg, now_unix_ns: i64) -> Vec<Grant> {
                 // Requests come from the harness `diff`: a grant of another
                 // harness must never decide one.
                 harness: ["", "", "diff", "other"][rng.next(4)].to_owned(),
+                passkey: false,
             });
         }
     }

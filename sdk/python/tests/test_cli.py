@@ -38,8 +38,8 @@ def test_authorize_prints_pending_and_check_waits_for_the_approver(wardend: Ward
     assert decision["outcome"] == "PENDING" and decision["approval_id"]
     env = {**os.environ, "WARDEN_ENDPOINT": wardend.endpoint, "WARDEN_TOKEN": wardend.token("harness")}
     waiting = subprocess.Popen(
-        [sys.executable, "-m", "warden", "--user", "alice", "--session", "cli-wait", "check", "run", "--"]
-        + ["git", "push", "origin", "main"],
+        [sys.executable, "-m", "warden", "--user", "alice", "--session", "cli-wait", "check", "run", "--cwd", "/home/alice/project", "--"]
+        + ["rm", "-r", "build"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -20,6 +20,9 @@ from conftest import Approver, Wardend, policy_dir
 
 ALICE = warden.Actor("alice", "python-harness", "py-session-1")
 PUSH = ["git", "push", "origin", "main"]
+# Waits for a person whom an approver token may answer (a push to main
+# needs a passkey on the approval page: test_passkey_page.py).
+DELETE = ["rm", "-r", "build"]
 
 
 class AsyncAsSync:
@@ -117,7 +120,7 @@ def test_the_same_request_id_is_one_decision(wardend: Wardend, connect) -> None:
 def test_pending_then_approved_returns_allowed(wardend: Wardend, approver: Approver, connect) -> None:
     client = harness(wardend, connect)
     request_id = warden.new_request_id()
-    waiting = in_background(lambda: client.check(ALICE, warden.run(PUSH), request_id=request_id, justification="1.2"))
+    waiting = in_background(lambda: client.check(ALICE, warden.run(DELETE, cwd="/home/alice/project"), request_id=request_id, justification="1.2"))
     approval = approver.pending(lambda a: a.request.request_id == request_id)
     assert approval.request.justification == "1.2"
     assert not waiting.done(), "check returned before anyone approved"
@@ -171,7 +174,7 @@ def test_waiting_survives_a_monitor_restart(own_wardend, connect) -> None:
     monitor = own_wardend()
     client = harness(monitor, connect)
     request_id = warden.new_request_id()
-    waiting = in_background(lambda: client.check(ALICE, warden.run(PUSH), request_id=request_id))
+    waiting = in_background(lambda: client.check(ALICE, warden.run(DELETE, cwd="/home/alice/project"), request_id=request_id))
     person = monitor.approver()
     approval = person.pending(lambda a: a.request.request_id == request_id)
     person.close()

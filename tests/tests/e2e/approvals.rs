@@ -37,7 +37,7 @@ async fn first_pending(monitor: &TestMonitor) -> pb::Approval {
 
 #[tokio::test]
 async fn an_approved_request_is_allowed_for_the_waiting_harness() {
-    let monitor = TestMonitor::start().await;
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
     let harness = monitor.harness().await;
     let waiting = tokio::spawn(async move { harness.check(&alice(), push_main()).await });
 
@@ -147,7 +147,7 @@ async fn silence_denies_at_the_deadline() {
 
 #[tokio::test]
 async fn only_approvers_may_resolve_and_only_for_their_groups() {
-    let monitor = TestMonitor::start().await;
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
     let pending = monitor.harness().await.authorize(&alice(), push_main()).await.unwrap();
     assert_eq!(pending.outcome, Outcome::Pending);
 
@@ -203,7 +203,7 @@ async fn only_approvers_may_resolve_and_only_for_their_groups() {
 
 #[tokio::test]
 async fn a_waiting_harness_gets_its_answer_across_a_monitor_restart() {
-    let mut monitor = TestMonitor::start().await;
+    let (mut monitor, _policies) = TestMonitor::start_token_approvals().await;
     let harness = monitor.harness().await;
     let waiting = tokio::spawn(async move { harness.check(&alice(), push_main()).await });
     let approval = first_pending(&monitor).await;
@@ -225,14 +225,7 @@ async fn a_waiting_harness_gets_its_answer_across_a_monitor_restart() {
 
 #[tokio::test]
 async fn approving_re_evaluates_against_the_policies_of_that_moment() {
-    let bundled = crate::support::bundled_policies();
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&bundled).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    let dir = crate::support::copy_bundled_token_approvals();
     let mut monitor = TestMonitor::start_with(dir.path().to_owned()).await;
     let pending = monitor.harness().await.authorize(&alice(), push_main()).await.unwrap();
     assert_eq!(pending.outcome, Outcome::Pending);

@@ -93,7 +93,7 @@ async fn labels_of_allowed_parts_apply_to_the_session() {
 /// every part and its outcome.
 #[tokio::test]
 async fn an_approver_sees_and_approves_the_whole_command() {
-    let monitor = TestMonitor::start().await;
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
     let script = "cargo test && git push origin main";
     let pending = run(&monitor, &alice(), &["bash", "-c", script], WORKSPACE).await;
     assert_decided(

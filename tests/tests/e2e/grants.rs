@@ -131,7 +131,7 @@ async fn bad_grants_are_refused_naming_the_field() {
 
 #[tokio::test]
 async fn approving_for_a_window_lets_the_same_action_through_until_it_ends() {
-    let monitor = TestMonitor::start().await;
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
     let harness = monitor.harness().await;
     let push = || ActionRequest::exec(["git", "push", "origin", "main"]);
     let pending = harness.authorize(&alice(), push()).await.unwrap();
@@ -221,7 +221,7 @@ async fn a_revoked_grant_stops_replays_of_what_it_allowed() {
 
 #[tokio::test]
 async fn a_window_over_a_parent_needs_an_approver_of_every_group() {
-    let monitor = TestMonitor::start().await;
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
     let harness = monitor.harness().await;
     let pending = harness.authorize(&alice(), ActionRequest::exec(["git", "push", "origin", "main"])).await.unwrap();
     let mut release = monitor.approvals(crate::support::RELEASE_APPROVER).await;

@@ -13,6 +13,7 @@ mod grants;
 mod invalid_input;
 mod limits;
 mod lockdown;
+mod passkeys;
 mod policies;
 mod preview;
 mod reload;

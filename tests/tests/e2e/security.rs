@@ -313,7 +313,7 @@ async fn invalid_requests_are_audited_escaped_and_bounded() {
 /// carry from one harness's session to another's of the same id.
 #[tokio::test]
 async fn a_session_id_is_scoped_to_its_harness_and_user() {
-    let monitor = TestMonitor::start().await;
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
     let everyone = monitor.harness().await;
     let alice_only = monitor.sdk(crate::support::ALICE_ONLY).await;
     let bob = Actor::new("bob", "claude-code", "s1");

@@ -64,6 +64,13 @@ impl TestMonitor {
         Self::start_with(bundled_policies()).await
     }
 
+    /// A monitor with the bundled policies approvable by token (see
+    /// [`copy_bundled_token_approvals`]), for tests of how approving works.
+    pub async fn start_token_approvals() -> (Self, tempfile::TempDir) {
+        let policies = copy_bundled_token_approvals();
+        (Self::start_with(policies.path().to_owned()).await, policies)
+    }
+
     /// A monitor with the policies in `policies`.
     pub async fn start_with(policies: PathBuf) -> Self {
         let data = tempfile::tempdir().expect("temp dir");
@@ -252,6 +259,25 @@ pub fn copy_bundled() -> tempfile::TempDir {
         let path = entry.expect("entry").path();
         if path.is_file() {
             std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
+        }
+    }
+    dir
+}
+
+/// A copy of the bundled policies without their `@approval("passkey")`
+/// marks: a push to main or a package publication is then approved with a
+/// release manager's token, as the tests of approval mechanics (groups,
+/// windows, restarts, re-evaluation) need. The bundled pack as it ships,
+/// where those need a passkey, is tested in `passkeys.rs`.
+pub fn copy_bundled_token_approvals() -> tempfile::TempDir {
+    let dir = copy_bundled();
+    for entry in std::fs::read_dir(dir.path()).expect("copied policies") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "cedar") {
+            let text = std::fs::read_to_string(&path).expect("read policy");
+            let stripped: String =
+                text.lines().filter(|l| l.trim() != "@approval(\"passkey\")").map(|l| format!("{l}\n")).collect();
+            std::fs::write(&path, stripped).expect("write policy");
         }
     }
     dir

@@ -299,3 +299,65 @@ class Explanation(_message.Message):
     decision: _authority_pb2.Decision
     policies: _containers.RepeatedCompositeFieldContainer[PolicyTrace]
     def __init__(self, decision: _Optional[_Union[_authority_pb2.Decision, _Mapping]] = ..., policies: _Optional[_Iterable[_Union[PolicyTrace, _Mapping]]] = ...) -> None: ...
+
+class EnrollApproverRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class EnrollApproverResponse(_message.Message):
+    __slots__ = ("url", "expires_at")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, url: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListApproversRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ApproverPasskey(_message.Message):
+    __slots__ = ("name", "groups", "key_id", "enrolled_at", "enrolled_by", "last_used_at", "confirmed")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_BY_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    key_id: str
+    enrolled_at: _timestamp_pb2.Timestamp
+    enrolled_by: str
+    last_used_at: _timestamp_pb2.Timestamp
+    confirmed: bool
+    def __init__(self, name: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ..., key_id: _Optional[str] = ..., enrolled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., enrolled_by: _Optional[str] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., confirmed: _Optional[bool] = ...) -> None: ...
+
+class ListApproversResponse(_message.Message):
+    __slots__ = ("passkeys",)
+    PASSKEYS_FIELD_NUMBER: _ClassVar[int]
+    passkeys: _containers.RepeatedCompositeFieldContainer[ApproverPasskey]
+    def __init__(self, passkeys: _Optional[_Iterable[_Union[ApproverPasskey, _Mapping]]] = ...) -> None: ...
+
+class ConfirmApproverRequest(_message.Message):
+    __slots__ = ("name", "key_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    key_id: str
+    def __init__(self, name: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
+
+class RevokeApproverRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RevokeApproverResponse(_message.Message):
+    __slots__ = ("revoked",)
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    revoked: int
+    def __init__(self, revoked: _Optional[int] = ...) -> None: ...

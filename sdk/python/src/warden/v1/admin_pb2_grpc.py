@@ -96,6 +96,26 @@ class AdminStub:
                 request_serializer=warden_dot_v1_dot_admin__pb2.VerifyAuditRequest.SerializeToString,
                 response_deserializer=warden_dot_v1_dot_admin__pb2.VerifyAuditResponse.FromString,
                 _registered_method=True)
+        self.EnrollApprover = channel.unary_unary(
+                '/warden.v1.Admin/EnrollApprover',
+                request_serializer=warden_dot_v1_dot_admin__pb2.EnrollApproverRequest.SerializeToString,
+                response_deserializer=warden_dot_v1_dot_admin__pb2.EnrollApproverResponse.FromString,
+                _registered_method=True)
+        self.ListApprovers = channel.unary_unary(
+                '/warden.v1.Admin/ListApprovers',
+                request_serializer=warden_dot_v1_dot_admin__pb2.ListApproversRequest.SerializeToString,
+                response_deserializer=warden_dot_v1_dot_admin__pb2.ListApproversResponse.FromString,
+                _registered_method=True)
+        self.ConfirmApprover = channel.unary_unary(
+                '/warden.v1.Admin/ConfirmApprover',
+                request_serializer=warden_dot_v1_dot_admin__pb2.ConfirmApproverRequest.SerializeToString,
+                response_deserializer=warden_dot_v1_dot_admin__pb2.ApproverPasskey.FromString,
+                _registered_method=True)
+        self.RevokeApprover = channel.unary_unary(
+                '/warden.v1.Admin/RevokeApprover',
+                request_serializer=warden_dot_v1_dot_admin__pb2.RevokeApproverRequest.SerializeToString,
+                response_deserializer=warden_dot_v1_dot_admin__pb2.RevokeApproverResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -176,6 +196,35 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EnrollApprover(self, request, context):
+        """Passkeys for the approval page (wardend --web): a single-use enrolment
+        link for an approver credential, valid for 10 minutes; the passkeys
+        enrolled; removing an approver's passkeys. Each is audited.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApprovers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConfirmApprover(self, request, context):
+        """A registered passkey counts only once confirmed: the approver reads its
+        key id from the page, the admin confirms that one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeApprover(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -238,6 +287,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.VerifyAudit,
                     request_deserializer=warden_dot_v1_dot_admin__pb2.VerifyAuditRequest.FromString,
                     response_serializer=warden_dot_v1_dot_admin__pb2.VerifyAuditResponse.SerializeToString,
+            ),
+            'EnrollApprover': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnrollApprover,
+                    request_deserializer=warden_dot_v1_dot_admin__pb2.EnrollApproverRequest.FromString,
+                    response_serializer=warden_dot_v1_dot_admin__pb2.EnrollApproverResponse.SerializeToString,
+            ),
+            'ListApprovers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApprovers,
+                    request_deserializer=warden_dot_v1_dot_admin__pb2.ListApproversRequest.FromString,
+                    response_serializer=warden_dot_v1_dot_admin__pb2.ListApproversResponse.SerializeToString,
+            ),
+            'ConfirmApprover': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConfirmApprover,
+                    request_deserializer=warden_dot_v1_dot_admin__pb2.ConfirmApproverRequest.FromString,
+                    response_serializer=warden_dot_v1_dot_admin__pb2.ApproverPasskey.SerializeToString,
+            ),
+            'RevokeApprover': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeApprover,
+                    request_deserializer=warden_dot_v1_dot_admin__pb2.RevokeApproverRequest.FromString,
+                    response_serializer=warden_dot_v1_dot_admin__pb2.RevokeApproverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -565,6 +634,114 @@ class Admin:
             '/warden.v1.Admin/VerifyAudit',
             warden_dot_v1_dot_admin__pb2.VerifyAuditRequest.SerializeToString,
             warden_dot_v1_dot_admin__pb2.VerifyAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnrollApprover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.v1.Admin/EnrollApprover',
+            warden_dot_v1_dot_admin__pb2.EnrollApproverRequest.SerializeToString,
+            warden_dot_v1_dot_admin__pb2.EnrollApproverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApprovers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.v1.Admin/ListApprovers',
+            warden_dot_v1_dot_admin__pb2.ListApproversRequest.SerializeToString,
+            warden_dot_v1_dot_admin__pb2.ListApproversResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConfirmApprover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.v1.Admin/ConfirmApprover',
+            warden_dot_v1_dot_admin__pb2.ConfirmApproverRequest.SerializeToString,
+            warden_dot_v1_dot_admin__pb2.ApproverPasskey.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeApprover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.v1.Admin/RevokeApprover',
+            warden_dot_v1_dot_admin__pb2.RevokeApproverRequest.SerializeToString,
+            warden_dot_v1_dot_admin__pb2.RevokeApproverResponse.FromString,
             options,
             channel_credentials,
             insecure,
