@@ -75,8 +75,12 @@ impl Desktop {
     async fn start(pick: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut children = Vec::new();
-        // A display number no other test run uses.
-        let display = format!(":{}", 100 + std::process::id() % 800);
+        // A display number no other test run uses, nor another test of this
+        // run (they run at once; one stopping its Xvfb would take the
+        // other's dunst down with it).
+        static DESKTOPS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = DESKTOPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let display = format!(":{}", 100 + (std::process::id() % 400) * 4 + nth % 4);
         children.push(
             Command::new("Xvfb")
                 .args([&display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"])

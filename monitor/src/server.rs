@@ -287,6 +287,7 @@ pub async fn start_with_signal(
     };
     let shutdown = monitor.shutdown();
     let weak_monitor = Arc::downgrade(&monitor);
+    let monitor_gone = Arc::downgrade(&monitor);
     drop(monitor);
 
     let addr = listener.local_addr().map_err(|e| ServerError::Task(format!("listener address: {e}")))?;
@@ -321,12 +322,28 @@ pub async fn start_with_signal(
         let _ = watcher.await;
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
+        // Then wait (within the grace) for the last holder of the store, a
+        // connection's task or a pruning pass, to let go of it: when this
+        // returns, the data folder's store is free for the next to open.
+        let released = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while (monitor_gone.strong_count() > 0 || !store_free(&store_dir)) && tokio::time::Instant::now() < released {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         served?;
         closed?;
         tracing::info!("stopped; the store is flushed");
         Ok(())
     });
     Ok(RunningServer { addr, stop: None, task, scrape, shutdown, monitor: weak_monitor, credentials, tls: config.tls })
+}
+
+/// Whether sled's lock on the store in `dir` is free (nobody holds it open).
+fn store_free(dir: &std::path::Path) -> bool {
+    use fs2::FileExt;
+    match std::fs::File::open(dir.join("db")) {
+        Ok(file) => file.try_lock_exclusive().and_then(|()| FileExt::unlock(&file)).is_ok(),
+        Err(_) => true,
+    }
 }
 
 /// How often the sweeper looks for approvals and grants past their deadline.

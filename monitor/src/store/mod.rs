@@ -232,6 +232,9 @@ impl Store {
             .name("warden-log-sync".into())
             .spawn(move || {
                 sync.run(sync_rx);
+                // Its trees hold the database: let go before saying done, so
+                // that a closed store is free for the next to open.
+                drop(sync);
                 let _ = sync_done.send(());
             })
             .map_err(|e| StoreError::Log(LogError::Io { path: log_dir.clone(), source: e }))?;
