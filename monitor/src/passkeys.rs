@@ -17,12 +17,12 @@
 //! once. Links (made by admins), sign-ins (made by a verified passkey) and
 //! approval ceremonies (made by a sign-in, a few each) are bounded apart.
 //!
-//! Locks: `enrolled` before `open`, never the other way.
+//! Locks: `writing` before `enrolled` before `open`, never the other way.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -43,8 +43,12 @@ pub(crate) const SIGN_IN_VALID: Duration = Duration::from_secs(12 * 3600);
 const MAX_LINKS: usize = 256;
 /// Sign-ins at most; the oldest goes first (only a verified passkey makes one).
 const MAX_SESSIONS: usize = 1024;
+/// Sign-ins of one approver at most; that approver's oldest goes first.
+const MAX_SESSIONS_PER_APPROVER: usize = 16;
 /// Approval ceremonies open per sign-in; the oldest goes first.
 const MAX_CEREMONIES_PER_SESSION: usize = 8;
+/// A registered passkey must be confirmed within this, or it never counts.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(3600);
 /// Sign-in challenges used and not yet expired, at most.
 const MAX_SEEN: usize = 65_536;
 
@@ -153,8 +157,11 @@ struct Open {
 impl Open {
     fn sweep(&mut self, now: Instant) {
         self.links.retain(|_, l| l.until > now);
-        self.ceremonies.retain(|_, c| now.duration_since(c.opened) < CEREMONY_VALID);
         self.sessions.retain(|_, s| now.duration_since(s.opened) < SIGN_IN_VALID);
+        let sessions = &self.sessions;
+        // A ceremony lives no longer than its sign-in.
+        self.ceremonies
+            .retain(|_, c| now.duration_since(c.opened) < CEREMONY_VALID && sessions.contains_key(&c.session));
         self.seen.retain(|_, until| *until > now);
     }
 }
@@ -188,8 +195,14 @@ pub(crate) struct Book {
     enrolled: Mutex<Vec<Enrolled>>,
     open: Mutex<Open>,
     party: OnceLock<RelyingParty>,
+    /// Held by whoever changes `enrolled` (and writes the file), for the
+    /// whole change: writers one at a time, readers never waiting on a write.
+    writing: Mutex<()>,
     /// Authenticates the sign-in challenges this process made.
     key: [u8; 32],
+    /// Sign-in challenges carry the milliseconds since this: a monotonic
+    /// clock, which a change of the system's time does not move.
+    epoch: Instant,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -234,10 +247,6 @@ fn hmac(key: &[u8; 32], message: &[&[u8]]) -> [u8; 32] {
     outer.finalize().into()
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// The JSON of a value whose WebAuthn challenge is replaced by `challenge`
 /// at `path` (webauthn-rs draws its own; ours are derived).
 fn with_challenge(value: &impl Serialize, path: &[&str], challenge: &[u8]) -> Result<serde_json::Value, PasskeyError> {
@@ -276,7 +285,15 @@ impl Book {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         let key = random::<32>().map_err(|e| e.to_string())?;
-        Ok(Self { path, enrolled: Mutex::new(enrolled), open: Mutex::default(), party: OnceLock::new(), key })
+        Ok(Self {
+            path,
+            enrolled: Mutex::new(enrolled),
+            writing: Mutex::default(),
+            open: Mutex::default(),
+            party: OnceLock::new(),
+            key,
+            epoch: Instant::now(),
+        })
     }
 
     /// A book that keeps nothing: no passkey can be enrolled in it.
@@ -284,9 +301,11 @@ impl Book {
         Self {
             path: PathBuf::new(),
             enrolled: Mutex::default(),
+            writing: Mutex::default(),
             open: Mutex::default(),
             party: OnceLock::new(),
             key: [0; 32],
+            epoch: Instant::now(),
         }
     }
 
@@ -311,6 +330,11 @@ impl Book {
             .ok_or_else(|| PasskeyError::Unavailable("there is no approval page: start wardend with --web ADDR".into()))
     }
 
+    /// Whether passkey `key_id` is still enrolled and confirmed.
+    pub(crate) fn still_confirmed(&self, key_id: &str) -> bool {
+        lock(&self.enrolled).iter().any(|e| e.confirmed && e.key_id() == key_id)
+    }
+
     /// Every enrolled passkey.
     pub(crate) fn list(&self) -> Vec<Enrolled> {
         lock(&self.enrolled).clone()
@@ -325,13 +349,22 @@ impl Book {
     }
 
     /// Changes the enrolled list with `change` and keeps it, or changes nothing.
-    fn update<T>(&self, change: impl FnOnce(&mut Vec<Enrolled>) -> Result<T, PasskeyError>) -> Result<T, PasskeyError> {
-        let mut enrolled = lock(&self.enrolled);
-        let mut next = enrolled.clone();
+    ///
+    /// Writers take `writing` for the whole of it, `after` included (which
+    /// runs once the change is kept); `enrolled` is held only to copy and to
+    /// swap, so a reader never waits for the fsync.
+    fn update<T, U>(
+        &self,
+        change: impl FnOnce(&mut Vec<Enrolled>) -> Result<T, PasskeyError>,
+        after: impl FnOnce(&T) -> Result<U, PasskeyError>,
+    ) -> Result<(T, U), PasskeyError> {
+        let _writing = lock(&self.writing);
+        let mut next = lock(&self.enrolled).clone();
         let answer = change(&mut next)?;
         self.save(&next)?;
-        *enrolled = next;
-        Ok(answer)
+        *lock(&self.enrolled) = next;
+        let later = after(&answer)?;
+        Ok((answer, later))
     }
 
     /// A single-use link for approver `name` (with its `groups`), made by `by`:
@@ -375,10 +408,9 @@ impl Book {
         }
         let existing: Vec<CredentialID> =
             enrolled.iter().filter(|e| e.name == link.name).map(|e| e.passkey.cred_id().clone()).collect();
-        // A stable user handle per approver name, revealing nothing of it.
-        let digest = Sha256::digest(link.name.as_bytes());
-        let mut handle = [0u8; 16];
-        handle.copy_from_slice(digest.get(..16).unwrap_or(&[0; 16]));
+        // A random user handle: one nobody can compute, so that no other
+        // page on this name can make a passkey that replaces this one.
+        let handle = random::<16>()?;
         let (options, registration) = party
             .webauthn
             .start_passkey_registration(Uuid::from_bytes(handle), &link.name, &link.name, Some(existing))
@@ -421,39 +453,54 @@ impl Book {
             enrolled_by: link.by,
             used_unix_ns: None,
         };
-        self.update(|enrolled| {
-            if enrolled.iter().any(|e| e.passkey.cred_id() == entry.passkey.cred_id() || e.key_id() == entry.key_id()) {
-                return Err(PasskeyError::Refused("this passkey is already enrolled".into()));
-            }
-            enrolled.push(entry.clone());
-            Ok(())
-        })?;
+        self.update(
+            |enrolled| {
+                if enrolled
+                    .iter()
+                    .any(|e| e.passkey.cred_id() == entry.passkey.cred_id() || e.key_id() == entry.key_id())
+                {
+                    return Err(PasskeyError::Refused("this passkey is already enrolled".into()));
+                }
+                enrolled.push(entry.clone());
+                Ok(())
+            },
+            |()| Ok(()),
+        )?;
         Ok(entry)
     }
 
     /// Confirms approver `name`'s passkey `key_id` (an admin heard it from
     /// the approver): from now on it signs in and approves.
-    pub(crate) fn confirm(&self, name: &str, key_id: &str) -> Result<Enrolled, PasskeyError> {
-        self.update(|enrolled| {
+    pub(crate) fn confirm(&self, name: &str, key_id: &str, now_unix_ns: i64) -> Result<Enrolled, PasskeyError> {
+        let confirm = |enrolled: &mut Vec<Enrolled>| {
             let entry = enrolled.iter_mut().find(|e| e.name == name && e.key_id() == key_id).ok_or_else(|| {
                 PasskeyError::Gone(format!("approver `{name}` has no passkey {key_id}: see `wardenctl approvers list`"))
             })?;
+            let age = u64::try_from(now_unix_ns.saturating_sub(entry.enrolled_unix_ns)).unwrap_or(0);
+            if !entry.confirmed && u128::from(age) > CONFIRM_WITHIN.as_nanos() {
+                return Err(PasskeyError::Gone(format!(
+                    "passkey {key_id} was registered over an hour ago and never confirmed: revoke it and enrol again"
+                )));
+            }
             entry.confirmed = true;
             Ok(entry.clone())
-        })
+        };
+        self.update(confirm, |_| Ok(())).map(|(entry, ())| entry)
     }
 
     /// Removes every passkey of approver `name`, and its sign-ins; how many.
     pub(crate) fn revoke(&self, name: &str) -> Result<usize, PasskeyError> {
-        let mut enrolled = lock(&self.enrolled);
-        let next: Vec<Enrolled> = enrolled.iter().filter(|e| e.name != name).cloned().collect();
-        let removed = enrolled.len() - next.len();
+        let _writing = lock(&self.writing);
+        let next: Vec<Enrolled> = lock(&self.enrolled).iter().filter(|e| e.name != name).cloned().collect();
+        let removed = lock(&self.enrolled).len() - next.len();
         if removed > 0 {
             self.save(&next)?;
-            *enrolled = next;
+            *lock(&self.enrolled) = next;
         }
         // Under the same lock as a sign-in's creation (see `finish_sign_in`).
-        lock(&self.open).sessions.retain(|_, s| s.name != name);
+        let mut open = lock(&self.open);
+        open.sessions.retain(|_, s| s.name != name);
+        open.sweep(Instant::now());
         Ok(removed)
     }
 
@@ -474,7 +521,7 @@ impl Book {
             .webauthn
             .start_passkey_authentication(&passkeys)
             .map_err(|e| PasskeyError::Refused(format!("cannot start a sign-in: {e}")))?;
-        let stamp = now_ms().to_be_bytes();
+        let stamp = self.now_ms().to_be_bytes();
         let nonce = random::<16>()?;
         let tag = hmac(&self.key, &[b"warden sign-in v1", &stamp, &nonce]);
         let challenge = [&stamp[..], &nonce[..], tag.get(..16).unwrap_or_default()].concat();
@@ -490,11 +537,15 @@ impl Book {
         if tag.len() != 16 || !constant_time_eq(tag, expected.get(..16).unwrap_or_default()) {
             return Err(refused());
         }
-        let age = now_ms().saturating_sub(u64::from_be_bytes(*stamp));
-        if u128::from(age) > CEREMONY_VALID.as_millis() {
+        let (now, made) = (self.now_ms(), u64::from_be_bytes(*stamp));
+        if made > now || u128::from(now - made) > CEREMONY_VALID.as_millis() {
             return Err(refused());
         }
         Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Starts the assertion that resolves one approval, for the approver
@@ -529,9 +580,10 @@ impl Book {
         Ok((id, options))
     }
 
-    /// Verifies an assertion against `state` and, under the enrolled lock,
-    /// the passkey: enrolled, confirmed, its counter moving forward, then
-    /// kept with the new counter. `then` runs under the same lock.
+    /// Verifies an assertion against `state` and then, as a writer (see
+    /// `update`), the passkey: enrolled, confirmed, its counter moving
+    /// forward, then kept with the new counter. `then` runs once it is kept,
+    /// still as the writer.
     fn verify<T>(
         &self,
         credential: &PublicKeyCredential,
@@ -547,7 +599,7 @@ impl Book {
         if !result.user_verified() {
             return Err(PasskeyError::Refused("the authenticator did not verify the user (PIN or biometrics)".into()));
         }
-        self.update(|enrolled| {
+        let update = |enrolled: &mut Vec<Enrolled>| {
             let entry = enrolled
                 .iter_mut()
                 .find(|e| e.passkey.cred_id() == result.cred_id())
@@ -566,10 +618,9 @@ impl Book {
             entry.passkey.update_credential(&result);
             entry.counter = entry.counter.max(result.counter());
             entry.used_unix_ns = Some(now_unix_ns);
-            let entry = entry.clone();
-            let answer = then(&entry)?;
-            Ok((entry, answer))
-        })
+            Ok(entry.clone())
+        };
+        self.update(update, then)
     }
 
     /// Finishes a sign-in: a cookie value for the page and the sign-in.
@@ -602,10 +653,23 @@ impl Book {
                 return Err(PasskeyError::Unavailable("too many sign-ins at once; try again in a few minutes".into()));
             }
             open.seen.insert(challenge.clone(), Instant::now() + CEREMONY_VALID);
-            if open.sessions.len() >= MAX_SESSIONS
-                && let Some(oldest) = open.sessions.iter().min_by_key(|(_, s)| s.opened).map(|(k, _)| *k)
-            {
+            // One approver's sign-ins push out only that approver's oldest;
+            // all of them together, the oldest of all.
+            let mine = open.sessions.values().filter(|s| s.name == entry.name).count();
+            let oldest = if mine >= MAX_SESSIONS_PER_APPROVER {
+                open.sessions
+                    .iter()
+                    .filter(|(_, s)| s.name == entry.name)
+                    .min_by_key(|(_, s)| s.opened)
+                    .map(|(k, _)| *k)
+            } else if open.sessions.len() >= MAX_SESSIONS {
+                open.sessions.iter().min_by_key(|(_, s)| s.opened).map(|(k, _)| *k)
+            } else {
+                None
+            };
+            if let Some(oldest) = oldest {
                 open.sessions.remove(&oldest);
+                open.sweep(Instant::now());
             }
             let signed_in = SignedIn { name: entry.name.clone(), csrf, key_id: entry.key_id(), opened: Instant::now() };
             open.sessions.insert(hash, signed_in.clone());
@@ -626,7 +690,9 @@ impl Book {
 
     /// Ends a sign-in.
     pub(crate) fn sign_out(&self, cookie: &str) {
-        lock(&self.open).sessions.remove(&hashed(cookie));
+        let mut open = lock(&self.open);
+        open.sessions.remove(&hashed(cookie));
+        open.sweep(Instant::now());
     }
 
     /// Finishes the assertion of a resolution: what it was bound to, and

@@ -160,8 +160,9 @@ impl RunningServer {
                     listeners
                         .push(TcpListener::from_std(bound).map_err(|e| ServerError::Task(format!("{other}: {e}")))?);
                 }
-                // No such address on this machine (no IPv6): nobody can hold it.
-                Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+                // No such address on this machine (no IPv6): nobody can hold
+                // it. (EAFNOSUPPORT, 97: IPv6 switched off in the kernel.)
+                Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable || e.raw_os_error() == Some(97) => {}
                 Err(e) => {
                     return Err(ServerError::Task(format!(
                         "the approval page needs {other} as well as {addr} (a browser opening localhost may go to either): {e}"

@@ -53,7 +53,8 @@ impl Monitor {
         key_id: &str,
     ) -> Result<Enrolled, CallError> {
         let (book, owned) = (Arc::clone(&self.passkeys), (name.to_owned(), key_id.to_owned()));
-        let confirmed = off_the_workers(move || book.confirm(&owned.0, &owned.1)).await?;
+        let now = unix_ns(self.now());
+        let confirmed = off_the_workers(move || book.confirm(&owned.0, &owned.1, now)).await?;
         self.audit_passkey("approver.confirmed", &caller.name, name, key_id).await?;
         Ok(confirmed)
     }

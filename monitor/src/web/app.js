@@ -2,7 +2,9 @@
 // asked for is data, never markup.
 "use strict";
 
-let csrf = "";
+// The sign-in's CSRF token, kept in this origin's session storage: a cookie
+// reaches every port of localhost, this does not.
+let csrf = sessionStorage.getItem("warden-csrf") || "";
 let signedInAs = "";
 
 function $(id) { return document.getElementById(id); }
@@ -10,10 +12,9 @@ function $(id) { return document.getElementById(id); }
 function say(text) { $("status").textContent = text; }
 
 async function api(path, body) {
-  const init = { method: body === undefined ? "GET" : "POST", credentials: "same-origin", headers: {} };
+  const init = { method: body === undefined ? "GET" : "POST", credentials: "same-origin", headers: { "X-Warden-CSRF": csrf } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
-    init.headers["X-Warden-CSRF"] = csrf;
     init.body = JSON.stringify(body);
   }
   const response = await fetch(path, init);
@@ -58,6 +59,7 @@ async function signIn() {
     const credential = await assert(started.options);
     const me = await api("/api/signin/finish", { credential });
     csrf = me.csrf;
+    sessionStorage.setItem("warden-csrf", csrf);
     say("");
     await show(me.name);
   } catch (e) {
@@ -138,8 +140,11 @@ function card(approval) {
 
 async function resolve(id, approve, note, result) {
   try {
-    result.textContent = "Waiting for your passkey…";
+    result.textContent = "Asking the monitor…";
     const started = await api(`/api/approvals/${encodeURIComponent(id)}/start`, { approve });
+    // What the passkey is about to sign, as the monitor bound it.
+    result.textContent = `Your passkey now signs: ${approve ? "approve" : "deny"} ${started.approval.approval_id} ` +
+      `(request ${started.approval.request_hash.slice(0, 12)})`;
     const credential = await assert(started.options);
     const done = await api(`/api/approvals/${encodeURIComponent(id)}/finish`, { ceremony: started.ceremony, credential, note });
     result.textContent = `${done.state} (audit #${done.audit_seq})`;
@@ -171,11 +176,11 @@ async function approvalsPage() {
   window.addEventListener("hashchange", () => { if (signedInAs) show(signedInAs); });
   $("sign-out").addEventListener("click", async () => {
     await api("/api/signout", {}).catch(() => {});
+    sessionStorage.removeItem("warden-csrf");
     location.reload();
   });
   try {
     const me = await api("/api/me");
-    csrf = me.csrf;
     await show(me.name);
   } catch (e) {
     $("sign-in").hidden = false;

@@ -25,6 +25,8 @@ use crate::passkeys::{Binding, Book, PasskeyError, constant_time_eq};
 use crate::service::{CallError, Monitor, Resolution, unix_ns};
 
 const COOKIE: &str = "warden_session";
+/// The largest request body taken.
+const MAX_BODY: usize = 64 * 1024;
 const CSRF_HEADER: &str = "x-warden-csrf";
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
                    base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -47,11 +49,16 @@ struct Page {
 /// `http://localhost:PORT` for a loopback listener.
 /// Plain HTTP only on loopback, at `http://localhost`; HTTPS only with TLS.
 pub(crate) fn origin_for(addr: SocketAddr, configured: Option<&str>, tls: bool) -> Result<Url, String> {
+    // `localhost` is 127.0.0.1 and ::1, and nothing else: the page holds
+    // the port on both (see `RunningServer::serve_web`).
     let plain_on_loopback = || {
-        if addr.ip().is_loopback() {
+        let localhost = addr.ip() == std::net::Ipv4Addr::LOCALHOST || addr.ip() == std::net::Ipv6Addr::LOCALHOST;
+        if localhost {
             Ok(())
         } else {
-            Err(format!("--web {addr}: plaintext serves loopback only; configure tls_cert and tls_key"))
+            Err(format!(
+                "--web {addr}: plaintext serves http://localhost only, on 127.0.0.1 or [::1]; configure tls_cert and tls_key"
+            ))
         }
     };
     let Some(text) = configured else {
@@ -64,10 +71,20 @@ pub(crate) fn origin_for(addr: SocketAddr, configured: Option<&str>, tls: bool) 
         return Url::parse(&format!("http://localhost:{}", addr.port())).map_err(|e| e.to_string());
     };
     let url = Url::parse(text).map_err(|e| format!("web_origin `{text}`: {e}"))?;
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(format!("web_origin `{text}`: give only scheme, host and port"));
+    }
     match (url.scheme(), url.host_str()) {
         ("https", Some(_)) if tls => Ok(url),
         ("https", _) => Err(format!("web_origin `{text}` is https, but no tls_cert and tls_key are configured")),
-        ("http", Some("localhost")) if !tls => plain_on_loopback().map(|()| url),
+        ("http", Some("localhost")) if !tls => {
+            plain_on_loopback()?;
+            // Links and the relying party name this port: it must be ours.
+            if url.port_or_known_default() != Some(addr.port()) {
+                return Err(format!("web_origin `{text}` names another port than --web {addr}"));
+            }
+            Ok(url)
+        }
         _ => Err(format!("web_origin `{text}`: passkeys need https on a DNS name (or http://localhost without TLS)")),
     }
 }
@@ -113,6 +130,8 @@ pub(crate) fn router(monitor: &Arc<Monitor>, credentials: Arc<Credentials>, orig
         .route("/api/approvals/{id}/start", post(resolve_start))
         .route("/api/approvals/{id}/finish", post(resolve_finish))
         .layer(axum::middleware::map_response(secure_headers))
+        // A passkey assertion is a few KiB: nothing here needs more.
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(page)
 }
 
@@ -123,6 +142,8 @@ async fn secure_headers(mut response: Response) -> Response {
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // A page that opened this one keeps no handle on it.
+    headers.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
     response
 }
 
@@ -181,18 +202,24 @@ impl Page {
         }
     }
 
-    /// The signed-in approver's cookie value, checked against the sign-in's
-    /// CSRF token when `csrf` (every state change).
-    fn session(&self, headers: &HeaderMap, csrf: bool) -> Result<(String, crate::passkeys::SignedIn), Refusal> {
+    /// The signed-in approver's cookie value, with the sign-in's CSRF token
+    /// in its header: on every call, reads too, since a cookie reaches every
+    /// port of localhost while the token lives in this origin's session
+    /// storage only. A state change (`change`) must also come from the
+    /// page's origin.
+    fn session(&self, headers: &HeaderMap, change: bool) -> Result<(String, crate::passkeys::SignedIn), Refusal> {
         let cookie =
             cookie(headers).ok_or_else(|| Refusal(StatusCode::UNAUTHORIZED, "sign in with your passkey".into()))?;
         let signed_in = self.book.signed_in(&cookie)?;
-        if csrf {
+        if change {
             self.same_origin(headers)?;
-            let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
-            if !constant_time_eq(sent.as_bytes(), signed_in.csrf.as_bytes()) {
-                return Err(Refusal(StatusCode::FORBIDDEN, "refused: the CSRF token is missing or wrong".into()));
-            }
+        }
+        let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if !constant_time_eq(sent.as_bytes(), signed_in.csrf.as_bytes()) {
+            return Err(Refusal(
+                StatusCode::UNAUTHORIZED,
+                "sign in with your passkey (this tab holds no sign-in)".into(),
+            ));
         }
         Ok((cookie, signed_in))
     }
@@ -295,7 +322,7 @@ async fn sign_out(State(page): State<Page>, headers: HeaderMap) -> Answer {
 
 async fn me(State(page): State<Page>, headers: HeaderMap) -> Answer {
     let (_, signed_in) = page.session(&headers, false)?;
-    Ok(Json(json!({ "name": signed_in.name, "csrf": signed_in.csrf, "key_id": signed_in.key_id })).into_response())
+    Ok(Json(json!({ "name": signed_in.name, "key_id": signed_in.key_id })).into_response())
 }
 
 /// An approval as the page shows it: what `approvals list` and the
@@ -340,7 +367,19 @@ fn visible(value: &mut serde_json::Value) {
 
 fn hidden(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
-        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{061c}' | '\u{feff}')
+        || matches!(
+            c,
+            // Format characters: soft hyphen, joiners, marks, overrides, isolates.
+            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
+            // Fillers that print as nothing.
+            | '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}'
+            // Variation selectors, tags, shorthand and musical format controls.
+            | '\u{fe00}'..='\u{fe0f}' | '\u{e0000}'..='\u{e007f}' | '\u{e0100}'..='\u{e01ef}'
+            | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}'
+            // Private use.
+            | '\u{e000}'..='\u{f8ff}' | '\u{f0000}'..='\u{10ffff}'
+        )
 }
 
 async fn list(State(page): State<Page>, headers: HeaderMap) -> Answer {
@@ -393,6 +432,10 @@ async fn resolve_finish(
             format!("this assertion was made for approval `{}`, not `{id}`", binding.approval_id),
         ));
     }
+    // Revoked while the assertion was checked: it approves nothing.
+    if !page.book.still_confirmed(&enrolled.key_id()) {
+        return Err(Refusal(StatusCode::FORBIDDEN, "this passkey was revoked".into()));
+    }
     let caller = page.credentials.approver(&enrolled.name).ok_or_else(|| {
         Refusal(
             StatusCode::FORBIDDEN,
@@ -425,6 +468,14 @@ async fn resolve_finish(
     }))
     .into_response())
 }
+
+// Linux's errno values for running out of descriptors, memory and buffers.
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
+const ENOMEM: i32 = 12;
+const ENOBUFS: i32 = 105;
+/// A request (its body and the answer) must be done within this.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 256;
@@ -466,9 +517,12 @@ pub(crate) async fn serve(
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => stream,
                         Err(e) => {
-                            // Out of file descriptors, say: wait instead of spinning.
-                            tracing::warn!(error = %e, "the approval page cannot accept a connection");
-                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            // Out of file descriptors or memory: wait instead
+                            // of spinning. A connection that went away: next.
+                            if matches!(e.raw_os_error(), Some(EMFILE | ENFILE | ENOMEM | ENOBUFS)) {
+                                tracing::warn!(error = %e, "the approval page cannot accept a connection");
+                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            }
                             continue;
                         }
                     },
@@ -490,7 +544,13 @@ pub(crate) async fn serve(
 
 async fn connection(stream: tokio::net::TcpStream, acceptor: Option<tokio_rustls::TlsAcceptor>, router: axum::Router) {
     let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        tower::ServiceExt::oneshot(router.clone(), request)
+        let answer = tower::ServiceExt::oneshot(router.clone(), request);
+        async move {
+            match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+                Ok(answer) => answer,
+                Err(_) => Ok(Refusal(StatusCode::REQUEST_TIMEOUT, "the request took too long".into()).into_response()),
+            }
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT);
@@ -522,12 +582,15 @@ mod tests {
         assert_eq!(origin("127.0.0.1:8443", None, false).as_deref(), Ok("http://localhost:8443/"));
         assert_eq!(origin("[::1]:8443", None, false).as_deref(), Ok("http://localhost:8443/"));
         for (a, configured, tls, why) in [
-            ("0.0.0.0:8443", None, false, "loopback only"),
-            ("0.0.0.0:8443", Some("http://localhost:8443"), false, "loopback only"),
+            ("0.0.0.0:8443", None, false, "localhost only"),
+            ("0.0.0.0:8443", Some("http://localhost:8443"), false, "localhost only"),
             ("127.0.0.1:8443", Some("https://warden.example.com"), false, "no tls_cert"),
             ("0.0.0.0:8443", None, true, "needs web_origin"),
             ("0.0.0.0:8443", Some("http://warden.example.com"), true, "https on a DNS name"),
             ("0.0.0.0:8443", Some("http://localhost:8443"), true, "https on a DNS name"),
+            ("127.0.0.2:8443", None, false, "127.0.0.1 or [::1]"),
+            ("127.0.0.1:8443", Some("http://localhost:9999"), false, "another port"),
+            ("0.0.0.0:8443", Some("https://warden.example.com/approvals"), true, "only scheme, host and port"),
         ] {
             let error = origin(a, configured, tls).expect_err(a);
             assert!(error.contains(why), "{a} {configured:?} {tls}: {error}");
