@@ -123,7 +123,9 @@ class Browser:
             return
         import base64
 
-        # The whole page at a phone's width.
+        # The whole page at a phone's width: laid out at that width first,
+        # then measured, then taken at its full height.
+        self.call("Emulation.setDeviceMetricsOverride", width=420, height=900, deviceScaleFactor=1, mobile=True)
         height = self.evaluate("Math.ceil(document.documentElement.scrollHeight)")
         self.call("Emulation.setDeviceMetricsOverride", width=420, height=int(height), deviceScaleFactor=1, mobile=True)
         shot = self.call("Page.captureScreenshot", format="png")
