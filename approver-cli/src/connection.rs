@@ -47,6 +47,21 @@ impl Connection {
     }
 
     pub(crate) async fn channel(&self) -> anyhow::Result<tonic::transport::Channel> {
+        // TLS files for a plaintext endpoint are refused, not ignored:
+        // whoever gave them meant TLS, and the token would cross in the clear.
+        if !self.endpoint.starts_with("https://") {
+            let named = [
+                ("--ca-cert / WARDEN_CA_CERT", self.ca_cert.is_some()),
+                ("--client-cert / WARDEN_CLIENT_CERT", self.client_cert.is_some()),
+            ];
+            if let Some((flag, _)) = named.iter().find(|(_, given)| *given) {
+                bail!(
+                    "endpoint `{}`: {flag} is for TLS, which only an https:// endpoint speaks; use https:// or leave \
+                     it out",
+                    self.endpoint
+                );
+            }
+        }
         let mut endpoint = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
             .with_context(|| format!("endpoint `{}`", self.endpoint))?
             .connect_timeout(Duration::from_secs(5));

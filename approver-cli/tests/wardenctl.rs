@@ -762,6 +762,32 @@ fn scripts_that_made_the_parser_allocate_or_run_forever_are_decided() {
     }
 }
 
+/// TLS files for a plaintext endpoint: refused, naming the flag, and nothing
+/// reaches the endpoint (the token would have crossed in the clear).
+#[test]
+fn tls_files_for_a_plaintext_endpoint_are_refused_and_nothing_is_sent() {
+    let (listener, endpoint) = warden_tests::net::Untouched::bind().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let pem = data.path().join("x.pem");
+    std::fs::write(&pem, "never read").unwrap();
+    let runs: [(&[&str], &str); 2] =
+        [(&["--ca-cert"], "--ca-cert"), (&["--client-key", "x", "--client-cert"], "--client-cert")];
+    for (flags, named) in runs {
+        let output = Command::new(env!("CARGO_BIN_EXE_wardenctl"))
+            .args(["--endpoint", &endpoint, "--token", "wdn_x"])
+            .args(flags)
+            .arg(&pem)
+            .args(["approvals", "list"])
+            .env_remove("WARDEN_CA_CERT")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains(named) && stderr.contains("https://"), "{stderr}");
+    }
+    listener.assert_untouched();
+}
+
 /// A monitor whose certificate comes from a CA in the system's store (here
 /// the store is `SSL_CERT_FILE`, which the system's loader reads) needs no
 /// `--ca-cert`; when the system trusts other CAs only, it is refused.

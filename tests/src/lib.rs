@@ -4,6 +4,7 @@
 //! - [`claude_code`]: finding the real Claude Code CLI and running it against a `ScriptedModel`, no network.
 //! - [`monitor`]: a real monitor deciding by a policy text of a test's own.
 //! - [`wait`]: `eventually`, the one way tests wait for an event.
+//! - [`net`]: `Untouched`, an endpoint no client may reach.
 //! - [`version`]: what every binary's `--version` must print.
 
 #![deny(missing_docs)]
@@ -11,5 +12,6 @@
 pub mod claude_code;
 pub mod model_server;
 pub mod monitor;
+pub mod net;
 pub mod version;
 pub mod wait;

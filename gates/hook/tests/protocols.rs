@@ -113,6 +113,25 @@ fn version_names_the_release_and_the_commit() {
     warden_tests::version::assert_version(env!("CARGO_BIN_EXE_warden-hook"), "warden-hook");
 }
 
+/// A CA named (`WARDEN_CA_CERT`) for a plaintext `http://` endpoint: whoever
+/// set it meant TLS. The hook denies, naming it, and nothing reaches the
+/// endpoint, where the token would have crossed in the clear.
+#[test]
+fn a_ca_named_for_a_plaintext_endpoint_denies_and_sends_nothing() {
+    let (listener, endpoint) = warden_tests::net::Untouched::bind().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let ca = data.path().join("ca.pem");
+    std::fs::write(&ca, "never read").unwrap();
+    let event = json!({"session_id": "plain-1", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
+        "tool_name": "Read", "tool_input": {"file_path": "/home/alice/project/src/main.rs"}});
+    let (stdout, stderr, code) = hook_with(&endpoint, "claude-code", &event, &[("WARDEN_CA_CERT", ca.as_path())]);
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((code, answer["hookSpecificOutput"]["permissionDecision"].as_str()), (0, Some("deny")), "{stderr}");
+    let reason = answer["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap();
+    assert!(reason.contains("WARDEN_CA_CERT") && reason.contains("https://"), "{reason}");
+    listener.assert_untouched();
+}
+
 /// Over TLS: an `https://` WARDEN_ENDPOINT is trusted by the system's CA
 /// store (here `SSL_CERT_FILE`, which the system's loader reads), with no
 /// flag; a monitor whose CA the system does not trust gets no request, and

@@ -368,12 +368,14 @@ async fn unix_channel(endpoint: &str, _path: &str) -> Result<Channel, Error> {
 /// client, or else by the system's CA store. An unreadable CA file, or a
 /// system without CAs, fails here, closed.
 fn endpoint_of(endpoint: &str) -> Result<Endpoint, Error> {
+    let ca_cert = std::env::var_os("WARDEN_CA_CERT");
+    plaintext_without_tls_files(endpoint, ca_cert.is_some())?;
     let mut built = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
         .connect_timeout(Duration::from_secs(5));
     if endpoint.starts_with("https://") {
         let tls = tonic::transport::ClientTlsConfig::new();
-        let tls = match std::env::var_os("WARDEN_CA_CERT") {
+        let tls = match ca_cert {
             Some(path) => {
                 let pem = std::fs::read_to_string(&path).map_err(|e| {
                     Error::Config(format!("WARDEN_CA_CERT `{}`: {e}", std::path::Path::new(&path).display()))
@@ -385,6 +387,19 @@ fn endpoint_of(endpoint: &str) -> Result<Endpoint, Error> {
         built = built.tls_config(tls).map_err(|e| Error::Config(format!("endpoint `{endpoint}`: TLS: {e}")))?;
     }
     Ok(built)
+}
+
+/// A CA named for an endpoint that is not `https://` is refused rather than
+/// ignored: whoever named it meant TLS, and would otherwise send the token
+/// in the clear (as the Python SDK and `wardenctl` refuse it).
+fn plaintext_without_tls_files(endpoint: &str, ca_cert: bool) -> Result<(), Error> {
+    if ca_cert && !endpoint.starts_with("https://") {
+        return Err(Error::Config(format!(
+            "endpoint `{endpoint}`: WARDEN_CA_CERT is set, but TLS is only for https:// endpoints; use https:// or \
+             unset it"
+        )));
+    }
+    Ok(())
 }
 
 /// A harness's connection to the monitor.
@@ -404,6 +419,7 @@ impl Client {
     pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
         let endpoint = endpoint.into();
         if let Some(path) = endpoint.strip_prefix("unix:") {
+            plaintext_without_tls_files(&endpoint, std::env::var_os("WARDEN_CA_CERT").is_some())?;
             let channel = unix_channel(&endpoint, path).await?;
             return Ok(Self::with_channel(channel, BearerToken::new(token)?));
         }
