@@ -388,7 +388,7 @@ impl PolicyFiles {
     }
 
     /// `sha256:` and the first 16 hex digits of a hash over every file's name and text.
-    fn version(&self) -> String {
+    pub(crate) fn version(&self) -> String {
         let mut hasher = Sha256::new();
         let mut add = |name: &str, text: &str| {
             for part in [name, text] {

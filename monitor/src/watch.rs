@@ -1,11 +1,18 @@
 //! Watches the policy folder and reloads after a burst of writes settles
 //! (an editor's save, a `git checkout`), so a change serves within a second.
+//!
+//! Only events that can change what the folder holds count (a file created,
+//! written, renamed or removed, its permissions changed); opening and
+//! reading do not, so the loader's own reads never wake the watcher. What
+//! does wake it reloads only when the content differs from the set serving
+//! and from the last content that failed (`Monitor::reload_if_changed`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -20,8 +27,13 @@ const MAX_DELAY: Duration = Duration::from_millis(500);
 pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Result<JoinHandle<()>> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Errors also mean "look again".
-        let _ = tx.send(event.map(|_| ()).map_err(|e| e.to_string()));
+        // Errors (a lost event queue among them) also mean "look again".
+        match event {
+            Ok(event) if !may_change_content(&event.kind) => {}
+            event => {
+                let _ = tx.send(event.map(|_| ()).map_err(|e| e.to_string()));
+            }
+        }
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
     let mut shutdown = monitor.shutdown();
@@ -48,9 +60,53 @@ pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Res
                     _ => break,
                 }
             }
-            if let Err(e) = monitor.reload("monitor (policy folder changed)").await {
+            if let Err(e) = monitor.reload_if_changed("monitor (policy folder changed)").await {
                 tracing::error!(error = %e, "policy reload could not be recorded");
             }
         }
     }))
+}
+
+/// Whether an event can change what the folder holds. Opens, reads and
+/// closes after reading cannot; neither can an access time.
+fn may_change_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
+        EventKind::Any | EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Other => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{CreateKind, DataChange, RemoveKind, RenameMode};
+
+    use super::*;
+
+    #[test]
+    fn reads_do_not_count_as_changes_and_writes_renames_and_removals_do() {
+        let quiet = [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Any),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)),
+        ];
+        for kind in quiet {
+            assert!(!may_change_content(&kind), "{kind:?}");
+        }
+        let changes = [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Permissions)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+        ];
+        for kind in changes {
+            assert!(may_change_content(&kind), "{kind:?}");
+        }
+    }
 }

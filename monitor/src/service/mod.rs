@@ -277,6 +277,10 @@ pub(crate) struct PolicyStatusView {
     pub(crate) error: String,
     /// When that failure happened.
     pub(crate) error_at_unix_ns: Option<i64>,
+    /// What the failed load read (its content version, or the error of a
+    /// folder that could not be read), so that the watcher reports one
+    /// broken content once, however often the folder is touched.
+    pub(crate) error_content: String,
     /// Validator warnings, and what the team should know (no forbid at all,
     /// grants that no longer fit).
     pub(crate) warnings: Vec<String>,

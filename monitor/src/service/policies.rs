@@ -1,6 +1,7 @@
 //! Policies: what-if explanations, status, and reloading the folder.
 
 use super::*;
+use crate::policy::{LoadError, PolicyFiles};
 
 impl Monitor {
     /// What-if: the decision and every policy's part in it, for the
@@ -19,23 +20,72 @@ impl Monitor {
         read(&self.status).clone()
     }
 
-    /// Loads the policy folder again. A good load is swapped in whole (with
-    /// the grants compiled against it); a bad one leaves the last good set
-    /// serving and is reported in the status, the log and the audit log.
-    /// Returns whether the new set loaded, and the status.
+    /// Loads the policy folder again (an admin's `ReloadPolicies`). A good
+    /// load is swapped in whole (with the grants compiled against it); a bad
+    /// one leaves the last good set serving and is reported in the status,
+    /// the log and the audit log, every time an admin asks. Returns whether
+    /// the new set loaded, and the status.
     pub(crate) async fn reload(&self, caller: &str) -> Result<(bool, PolicyStatusView), CallError> {
         let _admin = self.admin.lock().await;
+        let folder = self.read_policy_folder().await?;
+        self.apply_policy_folder(folder, caller).await
+    }
+
+    /// The watcher's reload: the folder is read, and loaded only when what
+    /// it holds differs from the set serving and from the content whose load
+    /// last failed. So a read of the folder (the loader's own among them)
+    /// never reloads, and a broken file left in place is reported once.
+    /// Returns whether a load was tried, and if so whether it succeeded.
+    pub(crate) async fn reload_if_changed(&self, caller: &str) -> Result<Option<bool>, CallError> {
+        let _admin = self.admin.lock().await;
+        let folder = self.read_policy_folder().await?;
+        let content = content_key(&folder);
+        if content == self.snapshot().version {
+            // A broken edit undone: the folder holds the set serving again.
+            let mut status = write(&self.status);
+            if !status.error.is_empty() {
+                status.error.clear();
+                status.error_at_unix_ns = None;
+                status.error_content.clear();
+                tracing::info!(policy_version = %status.version, "the policy folder holds the serving set again");
+            }
+            return Ok(None);
+        }
+        if content == read(&self.status).error_content {
+            return Ok(None);
+        }
+        let (loaded, _) = self.apply_policy_folder(folder, caller).await?;
+        Ok(Some(loaded))
+    }
+
+    /// The policy folder's files as they are now, read off the async threads.
+    async fn read_policy_folder(&self) -> Result<Result<PolicyFiles, LoadError>, CallError> {
         let dir = self.config.policy_dir.clone();
-        let loaded = tokio::task::spawn_blocking(move || PolicySnapshot::load(&dir))
+        tokio::task::spawn_blocking(move || PolicyFiles::read(&dir))
             .await
-            .map_err(|e| CallError::Store(StoreError::BatchFailed(format!("the policy loader failed: {e}"))))?;
+            .map_err(|e| CallError::Store(StoreError::BatchFailed(format!("the policy loader failed: {e}"))))
+    }
+
+    /// Loads what `read_policy_folder` read and reports the result.
+    async fn apply_policy_folder(
+        &self,
+        folder: Result<PolicyFiles, LoadError>,
+        caller: &str,
+    ) -> Result<(bool, PolicyStatusView), CallError> {
+        let content = content_key(&folder);
+        let loaded = match folder {
+            Ok(files) => tokio::task::spawn_blocking(move || PolicySnapshot::from_files(&files))
+                .await
+                .map_err(|e| CallError::Store(StoreError::BatchFailed(format!("the policy loader failed: {e}"))))?,
+            Err(error) => Err(error),
+        };
         let now = unix_ns(self.now());
         let previous = self.snapshot();
         match loaded {
             Ok(snapshot) => {
                 let grants: Vec<Grant> = read(&self.grants).all().cloned().collect();
                 let (book, problems) = GrantBook::load(grants, &snapshot);
-                let status = status_of(&snapshot, now, &problems);
+                let mut status = status_of(&snapshot, now, &problems);
                 let changed = snapshot.version != previous.version;
                 if changed {
                     let entry = AuditEntry {
@@ -54,6 +104,9 @@ impl Monitor {
                     let mut serving = write(&self.snapshot);
                     *write(&self.grants) = book;
                     *serving = Arc::new(snapshot);
+                } else {
+                    // The same set: it was loaded when it was first loaded.
+                    status.loaded_at_unix_ns = read(&self.status).loaded_at_unix_ns;
                 }
                 *write(&self.status) = status.clone();
                 if changed {
@@ -78,6 +131,7 @@ impl Monitor {
                     let mut status = write(&self.status);
                     status.error = message.clone();
                     status.error_at_unix_ns = Some(now);
+                    status.error_content = content;
                     status.clone()
                 };
                 tracing::warn!(error = %message, policy_version = %previous.version, "policy reload failed; the last good policies keep serving");
@@ -85,6 +139,16 @@ impl Monitor {
                 Ok((false, status))
             }
         }
+    }
+}
+
+/// What a read of the policy folder holds, to compare with the set serving
+/// (its version) and with the last failed load: the files' version, or the
+/// error that kept them from being read.
+fn content_key(folder: &Result<PolicyFiles, LoadError>) -> String {
+    match folder {
+        Ok(files) => files.version(),
+        Err(error) => format!("unreadable: {error}"),
     }
 }
 
@@ -112,6 +176,7 @@ pub(super) fn status_of(
         policies: summary.policies,
         error: String::new(),
         error_at_unix_ns: None,
+        error_content: String::new(),
         warnings,
     }
 }
