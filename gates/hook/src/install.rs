@@ -2,13 +2,20 @@
 //! Code settings file, without touching what else is there.
 //!
 //! The entry matches every tool (`"matcher": "*"`), runs `warden-hook
-//! claude-code`, has a `timeout` longer than the longest wait for an
+//! claude-code` with the monitor it asks written in front of it
+//! (`WARDEN_ENDPOINT=… WARDEN_TOKEN_FILE=… /abs/warden-hook claude-code`:
+//! Claude Code runs a hook's `command` with the shell, so each value is
+//! quoted for `sh`), has a `timeout` longer than the longest wait for an
 //! approval, and `"onFailure": "block"`: without it, Claude Code lets a tool
 //! run when its hook fails, is missing or times out. In the managed settings
 //! file (`/etc/claude-code/managed-settings.json`), `allowManagedHooksOnly`
 //! keeps project and user settings from adding or removing hooks.
+//!
+//! A token's value is never written: settings files are read by the agent
+//! and committed with projects. The entry names the file that holds it.
 
-use std::path::Path;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
@@ -23,6 +30,115 @@ pub enum InstallError {
         /// What is wrong.
         message: String,
     },
+    /// Only a token's value is known (`WARDEN_TOKEN`), which is never
+    /// written into an agent's settings.
+    #[error(
+        "WARDEN_TOKEN is set, but a token's value is never written into an agent's settings file (the agent can \
+         read that file, and projects commit it); put the harness token in a file only you can read and give it \
+         with --token-file FILE"
+    )]
+    TokenValue,
+    /// A path that cannot be written into the settings (JSON text).
+    #[error("{what} `{path}` is not UTF-8: it cannot be written into the settings")]
+    NotUtf8 {
+        /// Which path.
+        what: &'static str,
+        /// The path, lossily.
+        path: String,
+    },
+    /// A value that cannot be used.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What `install` was given on its command line; each missing value is
+/// taken from the installer's environment.
+#[derive(Debug, Clone, Default)]
+pub struct TargetFlags {
+    /// `--endpoint`, else `WARDEN_ENDPOINT`, else [`warden_sdk::DEFAULT_ENDPOINT`].
+    pub endpoint: Option<String>,
+    /// `--token-file`, else `WARDEN_TOKEN_FILE`.
+    pub token_file: Option<PathBuf>,
+    /// `--ca-cert`, else `WARDEN_CA_CERT` (https:// endpoints only).
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// The monitor the installed hook asks, as written into its command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `WARDEN_ENDPOINT`.
+    pub endpoint: String,
+    /// `WARDEN_TOKEN_FILE`, absolute; none: the hook reads `WARDEN_TOKEN` or
+    /// `WARDEN_TOKEN_FILE` from Claude Code's environment.
+    pub token_file: Option<PathBuf>,
+    /// `WARDEN_CA_CERT`, absolute.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl Target {
+    /// The target from `flags`, with what they leave out read from `env`
+    /// (the installer's environment), relative paths made absolute against
+    /// `cwd`. `WARDEN_TOKEN` without `--token-file` is refused
+    /// ([`InstallError::TokenValue`]), even beside `WARDEN_TOKEN_FILE`: it is
+    /// the token this environment's clients use, not the file.
+    pub fn resolve(flags: TargetFlags, env: impl Fn(&str) -> Option<String>, cwd: &Path) -> Result<Self, InstallError> {
+        let env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+        let endpoint = flags
+            .endpoint
+            .or_else(|| env("WARDEN_ENDPOINT"))
+            .unwrap_or_else(|| warden_sdk::DEFAULT_ENDPOINT.to_owned());
+        let endpoint = endpoint.trim().to_owned();
+        if endpoint.is_empty() {
+            return Err(InstallError::Invalid("the endpoint is empty".into()));
+        }
+        let token_file = match flags.token_file {
+            Some(path) => Some(path),
+            None if env("WARDEN_TOKEN").is_some() => return Err(InstallError::TokenValue),
+            None => env("WARDEN_TOKEN_FILE").map(PathBuf::from),
+        };
+        let ca_cert = flags.ca_cert.or_else(|| env("WARDEN_CA_CERT").map(PathBuf::from));
+        // The SDK refuses a CA for a plaintext endpoint at every call; say
+        // so now rather than install a hook that denies everything.
+        if ca_cert.is_some() && !endpoint.starts_with("https://") {
+            return Err(InstallError::Invalid(format!(
+                "a CA (--ca-cert or WARDEN_CA_CERT) is for TLS, and the endpoint `{endpoint}` is not https://"
+            )));
+        }
+        let absolute = |path: PathBuf| if path.is_absolute() { path } else { cwd.join(path) };
+        Ok(Self { endpoint, token_file: token_file.map(absolute), ca_cert: ca_cert.map(absolute) })
+    }
+}
+
+/// The hook entry's `command`: the target as environment assignments, then
+/// `binary claude-code --max-wait N`, each word quoted for `sh`.
+pub fn hook_command(binary: &Path, max_wait: u64, target: &Target) -> Result<String, InstallError> {
+    let text = |what: &'static str, path: &Path| {
+        path.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| InstallError::NotUtf8 { what, path: path.to_string_lossy().into_owned() })
+    };
+    let mut words = vec![format!("WARDEN_ENDPOINT={}", shell_word(&target.endpoint))];
+    if let Some(path) = &target.token_file {
+        words.push(format!("WARDEN_TOKEN_FILE={}", shell_word(&text("the token file", path)?)));
+    }
+    if let Some(path) = &target.ca_cert {
+        words.push(format!("WARDEN_CA_CERT={}", shell_word(&text("the CA file", path)?)));
+    }
+    words.push(shell_word(&text("warden-hook's path", binary)?).into_owned());
+    words.push(format!("claude-code --max-wait {max_wait}"));
+    Ok(words.join(" "))
+}
+
+/// `word` as one word for `sh`: as it is when it holds only characters
+/// that no shell treats specially, else in single quotes (a `'` inside
+/// written as `'\''`).
+pub fn shell_word(word: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "@%+:,./_-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        Cow::Borrowed(word)
+    } else {
+        Cow::Owned(format!("'{}'", word.replace('\'', r"'\''")))
+    }
 }
 
 /// The settings document `existing` with Warden's `PreToolUse` entry: an
@@ -92,12 +208,100 @@ mod tests {
         assert_eq!(pre[1]["hooks"][0]["onFailure"], "block");
         assert_eq!(pre[1]["hooks"][0]["timeout"], 930);
         assert!(merged.get("allowManagedHooksOnly").is_none());
-        let again =
-            merge(Some(&merged.to_string()), "/usr/bin/warden-hook claude-code --max-wait 900", 930, true, path)
-                .unwrap();
-        assert_eq!(again["hooks"]["PreToolUse"].as_array().unwrap().len(), 2);
+        // An entry with the monitor written in front replaces the old one.
+        let command = "WARDEN_ENDPOINT=http://10.0.0.2:50051 WARDEN_TOKEN_FILE='/srv/a b/t' /usr/bin/warden-hook \
+                       claude-code --max-wait 900";
+        let again = merge(Some(&merged.to_string()), command, 930, true, path).unwrap();
+        let pre = again["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(pre.len(), 2, "{pre:?}");
+        assert_eq!(pre[1]["hooks"][0]["command"], command);
         assert_eq!(again["allowManagedHooksOnly"], true);
+        // And is replaced in turn.
+        let third = merge(Some(&again.to_string()), "/usr/bin/warden-hook claude-code", 930, true, path).unwrap();
+        assert_eq!(third["hooks"]["PreToolUse"].as_array().unwrap().len(), 2);
         assert!(merge(Some("[1]"), "x claude-code", 1, false, path).is_err());
         assert!(merge(Some("{\"hooks\": 3}"), "x claude-code", 1, false, path).is_err());
+    }
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned())
+    }
+
+    #[test]
+    fn flags_win_over_the_environment_and_paths_become_absolute() {
+        let cwd = Path::new("/home/alice/project");
+        let vars =
+            [("WARDEN_ENDPOINT", "https://warden.example:50051"), ("WARDEN_TOKEN_FILE", ".warden/harness.token")];
+        let from_env = Target::resolve(TargetFlags::default(), env(&vars), cwd).unwrap();
+        assert_eq!(
+            from_env,
+            Target {
+                endpoint: "https://warden.example:50051".into(),
+                token_file: Some("/home/alice/project/.warden/harness.token".into()),
+                ca_cert: None,
+            }
+        );
+        let flags = TargetFlags {
+            endpoint: Some("unix:/run/warden/wardend.sock".into()),
+            token_file: Some("/etc/warden/hook.token".into()),
+            ca_cert: None,
+        };
+        let from_flags = Target::resolve(flags, env(&vars), cwd).unwrap();
+        assert_eq!(from_flags.endpoint, "unix:/run/warden/wardend.sock");
+        assert_eq!(from_flags.token_file, Some("/etc/warden/hook.token".into()));
+        let ca = Target::resolve(
+            TargetFlags::default(),
+            env(&[("WARDEN_ENDPOINT", "https://w:1"), ("WARDEN_CA_CERT", "ca.pem")]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(ca.ca_cert, Some("/home/alice/project/ca.pem".into()));
+        // Nothing known: the SDK's default endpoint, no token file.
+        let bare = Target::resolve(TargetFlags::default(), env(&[]), cwd).unwrap();
+        assert_eq!((bare.endpoint.as_str(), bare.token_file), (warden_sdk::DEFAULT_ENDPOINT, None));
+    }
+
+    #[test]
+    fn a_token_s_value_is_refused_and_a_ca_needs_https() {
+        let cwd = Path::new("/");
+        for vars in
+            [&[("WARDEN_TOKEN", "wdn_secret")][..], &[("WARDEN_TOKEN", "wdn_secret"), ("WARDEN_TOKEN_FILE", "/t")]]
+        {
+            let error = Target::resolve(TargetFlags::default(), env(vars), cwd).unwrap_err();
+            assert!(matches!(error, InstallError::TokenValue), "{error:?}");
+            let message = error.to_string();
+            assert!(message.contains("never written into an agent's settings") && message.contains("--token-file"));
+            assert!(!message.contains("wdn_secret"), "{message}");
+        }
+        // A token file given on the command line is what is written.
+        let flags = TargetFlags { token_file: Some("/t".into()), ..TargetFlags::default() };
+        let target = Target::resolve(flags, env(&[("WARDEN_TOKEN", "wdn_secret")]), cwd).unwrap();
+        assert_eq!(target.token_file, Some("/t".into()));
+        let flags = TargetFlags { ca_cert: Some("/ca.pem".into()), ..TargetFlags::default() };
+        assert!(matches!(Target::resolve(flags, env(&[]), cwd), Err(InstallError::Invalid(_))));
+    }
+
+    #[test]
+    fn the_command_quotes_what_the_shell_would_read() {
+        let target = Target {
+            endpoint: "http://127.0.0.1:50051".into(),
+            token_file: Some("/home/alice/my tokens/alice's.token".into()),
+            ca_cert: None,
+        };
+        assert_eq!(
+            hook_command(Path::new("/usr/local/bin/warden-hook"), 900, &target).unwrap(),
+            "WARDEN_ENDPOINT=http://127.0.0.1:50051 WARDEN_TOKEN_FILE='/home/alice/my tokens/alice'\\''s.token' \
+             /usr/local/bin/warden-hook claude-code --max-wait 900"
+        );
+        let bare = Target { token_file: None, ..target };
+        assert_eq!(
+            hook_command(Path::new("/opt/warden $x/warden-hook"), 60, &bare).unwrap(),
+            "WARDEN_ENDPOINT=http://127.0.0.1:50051 '/opt/warden $x/warden-hook' claude-code --max-wait 60"
+        );
+        for (word, quoted) in
+            [("", "''"), ("a=b", "'a=b'"), ("~/t", "'~/t'"), ("a;b", "'a;b'"), ("unix:/r/w.sock", "unix:/r/w.sock")]
+        {
+            assert_eq!(shell_word(word), quoted);
+        }
     }
 }

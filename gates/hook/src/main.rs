@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 
 use std::io::{Read as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -64,6 +64,20 @@ enum Command {
         /// The hook's `--max-wait`; the entry's timeout is 30 s more.
         #[arg(long, default_value_t = 900)]
         max_wait: u64,
+        /// The monitor the hook asks, written into the entry [default:
+        /// WARDEN_ENDPOINT, else http://127.0.0.1:50051]
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// The file holding the hook's harness token, written into the entry
+        /// as an absolute path [default: WARDEN_TOKEN_FILE]. A token's value
+        /// (WARDEN_TOKEN) is never written
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// For an https:// endpoint: the CA that signed the monitor's
+        /// certificate, written into the entry [default: WARDEN_CA_CERT, else
+        /// the system's CAs]
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
     },
 }
 
@@ -94,9 +108,20 @@ fn main() -> ExitCode {
         Command::Codex(wait) => (Protocol::Codex, wait),
         Command::Gemini(wait) => (Protocol::Gemini, wait),
         Command::Cursor(wait) => (Protocol::Cursor, wait),
-        Command::Install { agent: Agent::ClaudeCode, scope, managed, dir, print, max_wait } => {
+        Command::Install {
+            agent: Agent::ClaudeCode,
+            scope,
+            managed,
+            dir,
+            print,
+            max_wait,
+            endpoint,
+            token_file,
+            ca_cert,
+        } => {
             let scope = if managed { Scope::Managed } else { scope };
-            return match install_claude_code(scope, &dir, print, max_wait) {
+            let flags = install::TargetFlags { endpoint, token_file, ca_cert };
+            return match install_claude_code(scope, &dir, print, max_wait, flags) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("warden-hook: {e:#}");
@@ -193,14 +218,22 @@ fn unreachable_deny(endpoint: &str, error: &Error) -> Verdict {
     }
 }
 
-fn install_claude_code(scope: Scope, dir: &std::path::Path, print: bool, max_wait: u64) -> anyhow::Result<()> {
+fn install_claude_code(
+    scope: Scope,
+    dir: &Path,
+    print: bool,
+    max_wait: u64,
+    flags: install::TargetFlags,
+) -> anyhow::Result<()> {
     let path = match scope {
         Scope::Project => dir.join(".claude/settings.json"),
         Scope::User => PathBuf::from(std::env::var("HOME").context("HOME is not set")?).join(".claude/settings.json"),
         Scope::Managed => PathBuf::from("/etc/claude-code/managed-settings.json"),
     };
+    let cwd = std::env::current_dir().context("cannot tell the current folder")?;
+    let target = install::Target::resolve(flags, |name| std::env::var(name).ok(), &cwd)?;
     let binary = std::env::current_exe().context("cannot tell where warden-hook is")?;
-    let command = format!("{} claude-code --max-wait {max_wait}", binary.display());
+    let command = install::hook_command(&binary, max_wait, &target)?;
     let existing = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -208,9 +241,14 @@ fn install_claude_code(scope: Scope, dir: &std::path::Path, print: bool, max_wai
     };
     let merged = install::merge(existing.as_deref(), &command, max_wait + 30, scope == Scope::Managed, &path)?;
     let text = serde_json::to_string_pretty(&merged)? + "\n";
+    warn_about_the_token(target.token_file.as_deref());
     if print {
-        print!("{text}");
-        return Ok(());
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            // The reader has what it wanted (`| head`): nothing to report.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing the settings to stdout"),
+            _ => Ok(()),
+        };
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
@@ -220,5 +258,31 @@ fn install_claude_code(scope: Scope, dir: &std::path::Path, print: bool, max_wai
     std::fs::write(&temporary, &text).with_context(|| format!("writing {}", temporary.display()))?;
     std::fs::rename(&temporary, &path).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("warden-hook: the PreToolUse hook is in {}", path.display());
+    let token = match &target.token_file {
+        Some(file) => format!("the token in {}", file.display()),
+        None => "the token from Claude Code's environment".to_owned(),
+    };
+    eprintln!("warden-hook: it asks the monitor at {} with {token}", target.endpoint);
     Ok(())
+}
+
+/// Says where the installed hook will find its token when the entry names
+/// no file, or when the file named cannot be read now.
+fn warn_about_the_token(token_file: Option<&Path>) {
+    match token_file {
+        None => eprintln!(
+            "warden-hook: warning: no token file given (--token-file or WARDEN_TOKEN_FILE): the hook will read \
+             WARDEN_TOKEN or WARDEN_TOKEN_FILE from the environment Claude Code runs in, and deny every tool call \
+             without one"
+        ),
+        Some(file) => {
+            if let Err(e) = std::fs::File::open(file) {
+                eprintln!(
+                    "warden-hook: warning: the token file {} cannot be read now ({e}); the hook denies every tool \
+                     call until the user Claude Code runs as can read it",
+                    file.display()
+                );
+            }
+        }
+    }
 }
