@@ -13,11 +13,20 @@
 //! - [`proxy`]: the server: absolute-form HTTP and `CONNECT` (TLS
 //!   terminated, the CONNECT host pinned against SNI and `Host`), the
 //!   decisions, the upstream client, limits.
+//! - [`approvals`]: asking Warden about one part of a request, PENDING
+//!   included: held at most `--approval-wait`, then 403 PENDING naming the
+//!   approval; the same request sent again awaits that approval.
+//! - [`pending`]: the approvals remembered per client and request, pure
+//!   and bounded.
+//! - [`answer`]: the proxy's own JSON answers (denied, pending, errors).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod answer;
+pub mod approvals;
 pub mod ca;
 pub mod clients;
+pub mod pending;
 pub mod proxy;
 pub mod secrets;

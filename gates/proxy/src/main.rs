@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
+use warden_proxy::approvals::ApprovalWait;
 use warden_proxy::ca::Authority;
 use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Listener, Settings};
@@ -61,6 +62,18 @@ struct Flags {
     /// handshake, or leave a kept-alive connection idle.
     #[arg(long, default_value_t = 30)]
     idle_timeout: u64,
+    /// How long a request that needs a person's approval (of the request,
+    /// or of a secret it uses) is held before the proxy answers: `0s`, the
+    /// default, answers at once; `90s`, `5m`, `1h30m` (a bare number is
+    /// seconds) hold it up to that long; `deadline` holds it until the
+    /// approval's own deadline. Approved meanwhile, it is sent; still
+    /// waiting, it gets 403 with "outcome":"PENDING", the approval's id
+    /// (also in the Warden-Approval header) and deadline, and Retry-After.
+    /// The same request sent again by the same sandbox before the deadline
+    /// awaits that approval (no new one), and goes through once approved:
+    /// an approval lets one request through.
+    #[arg(long, default_value = "0s", value_name = "DURATION|deadline")]
+    approval_wait: ApprovalWait,
 }
 
 #[derive(Subcommand)]
@@ -131,6 +144,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     settings.max_connections = flags.max_connections;
     settings.upstream_timeout = std::time::Duration::from_secs(flags.upstream_timeout.max(1));
     settings.header_timeout = std::time::Duration::from_secs(flags.idle_timeout.max(1));
+    settings.approval_wait = flags.approval_wait;
     let ca = Authority::load_or_create(&flags.data)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -6,25 +6,25 @@
 //!                                                  └─ CONNECT host:port ─▶ TLS (leaf for   │
 //!                                                     host; SNI must be host) ─▶ HTTP/1.1  │
 //!                                                     (Host must be host:port) ────────────┤
-//!   forward: Authorize(http.request, METHOD, URL) ─▶ each warden-secret:NAME in a header:  │
-//!            Authorize(secret.use, NAME, destination=host) ─▶ substitute ─▶ upstream ◀─────┘
+//!   forward: ask(http.request, METHOD, URL) ─▶ each warden-secret:NAME in a header:        │
+//!            ask(secret.use, NAME, destination=host) ─▶ substitute ─▶ upstream ◀───────────┘
 //!            (verified TLS, HTTP/2 when offered; bodies streamed both ways)
 //! ```
 //!
-//! Every refusal is an answer to the client, never a request upstream: 403
-//! with `{"outcome","policy_ids","reasons"}` and `X-Warden-Decision` for a
-//! denial, 503 when the monitor cannot be asked, 421 for a `Host` that is
-//! not the CONNECT host.
+//! `ask` is [`crate::approvals`]: Authorize, or the approval remembered for
+//! the same request. Every refusal is an answer to the client
+//! ([`crate::answer`]), never a request upstream: 403 with
+//! `{"outcome","policy_ids","reasons"}` and `X-Warden-Decision` for a
+//! denial or a pending approval (then with `Warden-Approval`), 503 when the
+//! monitor cannot be asked, 421 for a `Host` that is not the CONNECT host.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_rustls::HttpsConnector;
@@ -36,18 +36,17 @@ use rustls::sign::CertifiedKey;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use warden_sdk::{ActionRequest, Actor, Error as WardenError};
+use warden_sdk::{ActionRequest, Actor};
 
+pub use crate::answer::{Body, DECISION_HEADER};
+use crate::answer::{answer, empty};
+use crate::approvals::{ApprovalWait, Approvals};
 use crate::ca::Authority;
 use crate::clients::Clients;
+use crate::pending;
 use crate::secrets::{self, Secrets};
 
-/// The body of every response the proxy gives.
-pub type Body = BoxBody<Bytes, hyper::Error>;
 type Upstream = HttpClient<HttpsConnector<HttpConnector>, Incoming>;
-
-/// The header that says what Warden decided, on the proxy's own answers.
-pub const DECISION_HEADER: &str = "x-warden-decision";
 
 /// How the proxy runs.
 pub struct Settings {
@@ -66,11 +65,15 @@ pub struct Settings {
     pub header_timeout: Duration,
     /// The largest request head accepted, in bytes.
     pub max_head_bytes: usize,
+    /// How long a request that needs a person's approval is held before
+    /// the answer (403 PENDING naming the approval).
+    pub approval_wait: ApprovalWait,
 }
 
 impl Settings {
     /// Defaults for `clients`: system roots only, 256 connections, 60 s
-    /// for an upstream to answer, 30 s for a request head of at most 64 KiB.
+    /// for an upstream to answer, 30 s for a request head of at most 64 KiB,
+    /// a request that needs approval answered at once.
     pub fn new(clients: Clients) -> Self {
         Self {
             clients,
@@ -80,12 +83,13 @@ impl Settings {
             upstream_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(30),
             max_head_bytes: 64 * 1024,
+            approval_wait: ApprovalWait::default(),
         }
     }
 }
 
 struct Shared {
-    warden: warden_sdk::Client,
+    approvals: Approvals,
     clients: Clients,
     secrets: Secrets,
     ca: Authority,
@@ -161,7 +165,7 @@ pub async fn serve(listener: Listener, warden: warden_sdk::Client, ca: Authority
         .build();
     let upstream = HttpClient::builder(TokioExecutor::new()).timer(TokioTimer::new()).build(connector);
     let shared = Arc::new(Shared {
-        warden,
+        approvals: Approvals::new(warden, settings.approval_wait, pending::PER_CLIENT),
         clients: settings.clients,
         secrets: settings.secrets,
         ca,
@@ -497,9 +501,12 @@ async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, tar
             )],
         );
     }
-    if let Err(e) = shared.warden.check(actor, ActionRequest::http(&method, &url)).await {
+    // Approvals this request uses: put back unless it is sent.
+    let mut claims = shared.approvals.claims(actor);
+    let what = format!("{method} {url}");
+    if let Err(refused) = shared.approvals.ask(actor, ActionRequest::http(&method, &url), &what, &mut claims).await {
         tracing::info!(%method, %url, "refused");
-        return refusal(&e);
+        return refused;
     }
 
     // The secrets its headers name, each allowed for this destination and
@@ -531,9 +538,10 @@ async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, tar
         let context =
             json!({ "destination": target.host, "header": header, "scheme": scheme, "port": target.port }).to_string();
         let request = ActionRequest::use_secret(secret).context_json(context);
-        if let Err(e) = shared.warden.check(actor, request).await {
+        let what = format!("the use of secret `{secret}` in `{header}`");
+        if let Err(refused) = shared.approvals.ask(actor, request, &what, &mut claims).await {
             tracing::info!(%secret, host = %target.host, %header, "secret refused");
-            return refusal(&e);
+            return refused;
         }
         if shared.secrets.get(secret).is_none() {
             return answer(
@@ -579,6 +587,7 @@ async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, tar
         Err(e) => return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &[format!("the URL `{url}`: {e}")]),
     };
     parts.version = http::Version::HTTP_11;
+    claims.spend();
     let sent = tokio::time::timeout(shared.upstream_timeout, shared.upstream.request(Request::from_parts(parts, body)));
     match sent.await {
         Ok(Ok(response)) => {
@@ -623,35 +632,4 @@ fn upstream_error(error: &hyper_util::client::legacy::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The client's answer for a request Warden did not allow.
-fn refusal(error: &WardenError) -> Response<Body> {
-    match error {
-        WardenError::Denied(decision) | WardenError::NotApproved(decision) => {
-            let mut reasons = decision.reasons.clone();
-            if matches!(error, WardenError::NotApproved(_)) {
-                reasons.push(format!("not approved in time (approval {})", decision.approval_id));
-            }
-            answer(StatusCode::FORBIDDEN, "DENY", &decision.policy_ids, &reasons)
-        }
-        other => {
-            answer(StatusCode::SERVICE_UNAVAILABLE, "ERROR", &[], &[format!("Warden could not be asked: {other}")])
-        }
-    }
-}
-
-fn empty() -> Body {
-    Full::new(Bytes::new()).map_err(|never| match never {}).boxed()
-}
-
-/// A JSON answer of the proxy's own.
-fn answer(status: StatusCode, outcome: &str, policy_ids: &[String], reasons: &[String]) -> Response<Body> {
-    let body = json!({ "outcome": outcome, "policy_ids": policy_ids, "reasons": reasons }).to_string();
-    let mut response = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(DECISION_HEADER, HeaderValue::from_str(outcome).unwrap_or(HeaderValue::from_static("ERROR")));
-    response
 }

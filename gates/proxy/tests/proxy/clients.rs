@@ -1,40 +1,10 @@
 //! Through the proxy with clients nobody here wrote.
 
-use crate::support::{Monitor, Proxy, SECRET, all_bytes, contains, found_or_skip};
+use crate::support::{Monitor, Proxy, SECRET, all_bytes, contains, curl, found_or_skip};
 use crate::upstream::Upstream;
 use std::path::Path;
 
-/// What curl got: the status and the body.
-struct Got {
-    status: u16,
-    body: String,
-    headers: String,
-}
-
-async fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> Got {
-    let dir = tempfile::tempdir().unwrap();
-    let headers = dir.path().join("headers");
-    let output = tokio::process::Command::new("curl")
-        .args(["-sS", "--max-time", "60", "--proxy", &proxy.url(), "--cacert"])
-        .arg(&proxy.ca)
-        .arg("-D")
-        .arg(&headers)
-        .args(["-w", "\n%{http_code}"])
-        .args(extra)
-        .arg(url)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (body, status) = stdout.rsplit_once('\n').unwrap_or(("", stdout.as_str()));
-    Got {
-        status: status.trim().parse().unwrap_or(0),
-        body: body.to_owned(),
-        headers: std::fs::read_to_string(&headers).unwrap_or_default() + &String::from_utf8_lossy(&output.stderr),
-    }
-}
-
-async fn setup() -> (Monitor, Upstream, Proxy) {
+pub async fn setup() -> (Monitor, Upstream, Proxy) {
     let monitor = Monitor::start().await;
     let upstream = Upstream::start().await;
     let proxy = tokio::task::block_in_place(|| Proxy::start(&monitor, &upstream.ca_pem));
@@ -127,33 +97,6 @@ async fn a_secret_reaches_its_host_only_and_nobody_sees_it() {
         .collect();
     use warden_proto::v1::Outcome;
     assert_eq!(outcomes, vec![Outcome::Allow as i32, Outcome::Deny as i32]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pending_post_arrives_after_the_approver_approves() {
-    if !found_or_skip("curl") {
-        return;
-    }
-    let (monitor, upstream, proxy) = setup().await;
-    let url = format!("https://localhost:{}/deploy", upstream.port());
-    let posting = {
-        let (proxy_url, ca, url) = (proxy.url(), proxy.ca.clone(), url.clone());
-        tokio::spawn(async move {
-            tokio::process::Command::new("curl")
-                .args(["-sS", "--max-time", "60", "--proxy", &proxy_url, "--cacert"])
-                .arg(ca)
-                .args(["-w", "\n%{http_code}", "--data", "release=1.2", &url])
-                .output()
-                .await
-                .unwrap()
-        })
-    };
-    monitor.resolve_when_pending("/deploy", true).await;
-    let output = posting.await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.ends_with("200"), "{stdout}");
-    let seen = upstream.seen();
-    assert_eq!((seen[0].method.as_str(), seen[0].path.as_str(), seen[0].body_bytes), ("POST", "/deploy", 11));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@
 // A test binary: a failed unwrap is a failed test, which is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+mod approvals;
 mod clients;
 mod support;
 mod upstream;

@@ -16,11 +16,13 @@ pub const APPROVER: &str = "wdn_test_proxy_approver";
 pub const ADMIN: &str = "wdn_test_proxy_admin";
 /// The secret's value: it must reach the bound host and nowhere else.
 pub const SECRET: &str = "s3cr3t-d0-not-leak-4f1c";
+/// The value of `deploy-key`, a secret used only once a person approves.
+pub const DEPLOY_SECRET: &str = "d3pl0y-k3y-9a7e";
 
 /// The proxy tests' policies: the upstream is reachable as `localhost`;
 /// `127.0.0.1/private…` is not; a POST needs a person's approval (but a
 /// git fetch's `git-upload-pack` does not); the secret `api-key` may go to
-/// `localhost` only.
+/// `localhost` only; `deploy-key` needs a person's approval.
 pub const POLICIES: &str = r#"
 @id("http.loopback") @reason("the test upstream may be reached")
 permit (principal, action == Action::"http.request", resource);
@@ -39,6 +41,12 @@ permit (principal, action == Action::"secret.use", resource == Secret::"api-key"
 @id("secrets.api-key-host") @reason("api-key goes to localhost only")
 forbid (principal, action == Action::"secret.use", resource == Secret::"api-key")
 unless { context has destination && context.destination == "localhost" };
+
+@id("secrets.deploy-key") @reason("deploy-key may be used")
+permit (principal, action == Action::"secret.use", resource == Secret::"deploy-key");
+
+@id("secrets.deploy-key-needs-approval") @reason("deploy-key is used only when a person approves") @timeout("2m")
+forbid (principal, action == Action::"secret.use", resource == Secret::"deploy-key") unless { context.approved };
 "#;
 
 pub struct Monitor {
@@ -72,13 +80,33 @@ impl Monitor {
         tonic::transport::Channel::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap()
     }
 
+    async fn approvals(
+        &self,
+    ) -> pb::approvals_client::ApprovalsClient<
+        tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>,
+    > {
+        pb::approvals_client::ApprovalsClient::with_interceptor(
+            self.channel().await,
+            BearerToken::new(APPROVER).unwrap(),
+        )
+    }
+
+    /// Answers approval `approval_id` as the approver, with `note`.
+    pub async fn resolve(&self, approval_id: &str, approve: bool, note: &str) -> pb::Approval {
+        let resolve =
+            pb::ResolveRequest { approval_id: approval_id.into(), approve, note: note.into(), ..Default::default() };
+        self.approvals().await.resolve(resolve).await.unwrap().into_inner()
+    }
+
+    /// The approvals waiting for a person now.
+    pub async fn pending(&self) -> Vec<pb::Approval> {
+        self.approvals().await.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner().approvals
+    }
+
     /// Waits for a pending approval of an HTTP request to `path` and
     /// answers it.
     pub async fn resolve_when_pending(&self, path: &str, approve: bool) -> pb::Approval {
-        let mut approvals = pb::approvals_client::ApprovalsClient::with_interceptor(
-            self.channel().await,
-            BearerToken::new(APPROVER).unwrap(),
-        );
+        let mut approvals = self.approvals().await;
         let waiting = eventually(&format!("an approval for {path}"), || {
             let mut approvals = approvals.clone();
             async move {
@@ -131,6 +159,16 @@ impl Proxy {
         })
     }
 
+    /// One sandbox as [`Proxy::start`], with `flags` besides.
+    pub fn start_flags(monitor: &Monitor, upstream_ca: &str, flags: &[&str]) -> Self {
+        Self::start_with(monitor, upstream_ca, "127.0.0.1:0", |_| {
+            let mut args: Vec<String> =
+                ["--user", "alice", "--agent", "sandbox", "--session", "sandbox-1"].map(String::from).to_vec();
+            args.extend(flags.iter().map(|flag| flag.to_string()));
+            args
+        })
+    }
+
     /// With the actor flags `who` gives (from the proxy's data folder).
     pub fn start_with(
         monitor: &Monitor,
@@ -142,7 +180,11 @@ impl Proxy {
         let upstream = data.path().join("upstream-ca.pem");
         std::fs::write(&upstream, upstream_ca).unwrap();
         let secrets = data.path().join("secrets.toml");
-        std::fs::write(&secrets, format!("api-key = \"{SECRET}\"\nother = \"unused\"\n")).unwrap();
+        std::fs::write(
+            &secrets,
+            format!("api-key = \"{SECRET}\"\ndeploy-key = \"{DEPLOY_SECRET}\"\nother = \"unused\"\n"),
+        )
+        .unwrap();
         {
             use std::os::unix::fs::PermissionsExt as _;
             std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -227,4 +269,51 @@ pub fn all_bytes(dir: &Path) -> Vec<u8> {
 
 pub fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// What curl got: the status, the body, and the response's head (with
+/// curl's own errors after it).
+pub struct Got {
+    pub status: u16,
+    pub body: String,
+    pub headers: String,
+}
+
+impl Got {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// A response header's value (the last one of that name).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.lines().rev().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// curl through `proxy`, trusting its CA.
+pub async fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> Got {
+    let dir = tempfile::tempdir().unwrap();
+    let headers = dir.path().join("headers");
+    let output = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "60", "--proxy", &proxy.url(), "--cacert"])
+        .arg(&proxy.ca)
+        .arg("-D")
+        .arg(&headers)
+        .args(["-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = stdout.rsplit_once('\n').unwrap_or(("", stdout.as_str()));
+    Got {
+        status: status.trim().parse().unwrap_or(0),
+        body: body.to_owned(),
+        headers: std::fs::read_to_string(&headers).unwrap_or_default() + &String::from_utf8_lossy(&output.stderr),
+    }
 }
