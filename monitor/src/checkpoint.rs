@@ -15,6 +15,9 @@ use crate::store::{Head, VerifyReport};
 
 /// Domain separation for checkpoint signatures.
 const DOMAIN: &[u8] = b"warden.checkpoint.v1\0";
+/// Domain separation for the signature of a retention record: a checkpoint's
+/// signature can never pass for one, nor one for a checkpoint.
+const REMOVAL_DOMAIN: &[u8] = b"warden.segment-removed.v1\0";
 
 /// A signed statement: the audit log had this record, with this hash, then.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +40,17 @@ fn message(seq: u64, hash: &str, time_unix_ns: i64) -> Vec<u8> {
     out.extend_from_slice(&seq.to_be_bytes());
     out.extend_from_slice(&time_unix_ns.to_be_bytes());
     out.extend_from_slice(hash.as_bytes());
+    out
+}
+
+/// What a retention record's signature covers: the records it says were
+/// taken, from `first_seq` to `last`, and the last one's hash.
+fn removal_message(first_seq: u64, last: &Head) -> Vec<u8> {
+    let mut out = Vec::with_capacity(REMOVAL_DOMAIN.len() + 16 + last.hash.len());
+    out.extend_from_slice(REMOVAL_DOMAIN);
+    out.extend_from_slice(&first_seq.to_be_bytes());
+    out.extend_from_slice(&last.seq.to_be_bytes());
+    out.extend_from_slice(last.hash.as_bytes());
     out
 }
 
@@ -73,6 +87,13 @@ impl CheckpointKey {
         hex::encode(self.0.verifying_key().to_bytes())
     }
 
+    /// Signs a retention record's range (hex): only the key proves that the
+    /// monitor, not someone with write access to its data folder, took
+    /// records `first_seq` to `last` out of the log.
+    pub(crate) fn sign_removal(&self, first_seq: u64, last: &Head) -> String {
+        hex::encode(self.0.sign(&removal_message(first_seq, last)).to_bytes())
+    }
+
     /// Signs a head.
     pub(crate) fn sign(&self, head: &Head, time_unix_ns: i64) -> Checkpoint {
         let signature = self.0.sign(&message(head.seq, &head.hash, time_unix_ns));
@@ -101,6 +122,16 @@ pub(crate) fn verify_signature(checkpoint: &Checkpoint) -> Result<(), String> {
         .map_err(|_| "the checkpoint's signature does not verify".to_owned())
 }
 
+/// Whether `signature` (hex) is `public_key`'s (hex) over a removal of
+/// records `first_seq` to `last`.
+pub(crate) fn removal_signed(public_key: &str, first_seq: u64, last: &Head, signature: &str) -> bool {
+    let key = hex::decode(public_key).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
+    let signature = hex::decode(signature).ok().and_then(|b| <[u8; 64]>::try_from(b).ok());
+    let (Some(key), Some(signature)) = (key, signature) else { return false };
+    VerifyingKey::from_bytes(&key)
+        .is_ok_and(|key| key.verify(&removal_message(first_seq, last), &Signature::from_bytes(&signature)).is_ok())
+}
+
 /// Checks the log against a saved checkpoint: the chain verifies at least up
 /// to the checkpoint's record, and that record has the signed hash.
 /// `hash_at` gives the stored hash of a record.
@@ -126,12 +157,13 @@ pub fn check_log(checkpoint: &Checkpoint, report: &VerifyReport, hash_at: Option
 /// A log that no longer starts at record 1 (retention took its oldest
 /// segments) proves where it starts only with both: an
 /// `audit.segment-removed` record in the chain that remains naming the
-/// record just before its oldest segment as the last one taken (retention
-/// writes it, durably, before it deletes), and a checkpoint of that record,
-/// signed by `public_key`, in `log` (the monitor's `checkpoints.jsonl`).
-/// A periodic checkpoint alone is not enough: old segments deleted by hand
-/// start the log after a signed record too. Without both, `report` names
-/// the first missing record as bad.
+/// record just before its oldest segment, with its hash, as the last one
+/// taken, and signed by `public_key` (retention writes it, durably, before
+/// it deletes; a frame anyone can append, so only the signature makes it
+/// the monitor's), and a checkpoint of that record, signed by `public_key`,
+/// in `log` (the monitor's `checkpoints.jsonl`). A periodic checkpoint alone
+/// is not enough: old segments deleted by hand start the log after a signed
+/// record too. Without both, `report` names the first missing record as bad.
 pub fn check_base(report: &mut VerifyReport, log: &Path, public_key: Option<&str>) {
     // Checked even when the chain breaks later: the missing start comes first.
     if report.base.seq == 0 {
@@ -146,11 +178,19 @@ pub fn check_base(report: &mut VerifyReport, log: &Path, public_key: Option<&str
                 && verify_signature(&c).is_ok()
         })
     });
-    let recorded = report.removed_through.contains(&base.seq);
-    if !(vouched && recorded) {
-        let missing = match (vouched, recorded) {
-            (false, false) => "no signed checkpoint of that record and no retention record of its removal",
-            (false, true) => "no checkpoint signed by this monitor's key of that record",
+    let removal = report.removed_through.get(&base.seq);
+    let recorded = removal.is_some();
+    let signed = removal.is_some_and(|removal| {
+        removal.last_hash == base.hash
+            && public_key.is_some_and(|key| removal_signed(key, removal.first_seq, base, &removal.signature))
+    });
+    if !(vouched && signed) {
+        let missing = match (vouched, recorded, signed) {
+            (false, false, _) => "no signed checkpoint of that record and no retention record of its removal",
+            (_, true, false) => {
+                "a retention record (audit.segment-removed) of its removal that this monitor's key did not sign"
+            }
+            (false, true, true) => "no checkpoint signed by this monitor's key of that record",
             _ => "no retention record (audit.segment-removed) of its removal",
         };
         report.first_bad =
@@ -175,5 +215,23 @@ mod tests {
         assert_eq!(verify_signature(&checkpoint), Ok(()));
         checkpoint.seq = 6;
         assert!(verify_signature(&checkpoint).is_err());
+    }
+
+    #[test]
+    fn a_removal_verifies_only_with_its_range_its_hash_and_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = CheckpointKey::load_or_create(&dir.path().join("checkpoint.key")).unwrap();
+        let other = CheckpointKey::load_or_create(&dir.path().join("other.key")).unwrap();
+        let last = Head { seq: 40, hash: "cd".repeat(32) };
+        let signature = key.sign_removal(1, &last);
+        assert!(removal_signed(&key.public_hex(), 1, &last, &signature));
+        assert!(!removal_signed(&other.public_hex(), 1, &last, &signature));
+        assert!(!removal_signed(&key.public_hex(), 2, &last, &signature));
+        assert!(!removal_signed(&key.public_hex(), 1, &Head { seq: 41, hash: last.hash.clone() }, &signature));
+        assert!(!removal_signed(&key.public_hex(), 1, &Head { seq: 40, hash: "ce".repeat(32) }, &signature));
+        assert!(!removal_signed(&key.public_hex(), 1, &last, ""));
+        // A checkpoint's signature of the same head is no removal's.
+        let checkpoint = key.sign(&last, 0);
+        assert!(!removal_signed(&key.public_hex(), 1, &last, &checkpoint.signature));
     }
 }

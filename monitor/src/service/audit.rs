@@ -111,8 +111,8 @@ impl Monitor {
             };
             let why = if too_old { "older than retain_days" } else { "over retain_bytes" };
             // The checkpoint that closes it, then the record that says it
-            // goes (durable before anything is deleted: `check_base` wants
-            // both), then the segment.
+            // goes, signed by the same key (durable before anything is
+            // deleted: `check_base` wants both), then the segment.
             let checkpoint = checkpoints.key.sign(&end, now);
             append_line(&checkpoints.log, &checkpoint).map_err(|e| CallError::Store(StoreError::BatchFailed(e)))?;
             let entry = AuditEntry {
@@ -126,6 +126,7 @@ impl Monitor {
                     "bytes": segment.bytes,
                     "archive": audit.archive_dir.as_ref().map(|d| d.display().to_string()),
                     "why": why,
+                    "signature": checkpoints.key.sign_removal(first, &end),
                 })
                 .to_string(),
                 reasons: vec![format!(

@@ -75,9 +75,23 @@ pub struct VerifyReport {
     /// segments, the record before the oldest left (which a signed
     /// checkpoint must vouch for, see `checkpoint::check_base`).
     pub base: Head,
-    /// The last records of the segments that `audit.segment-removed`
-    /// records in the walked chain say retention took.
-    pub removed_through: std::collections::BTreeSet<u64>,
+    /// What the `audit.segment-removed` records in the walked chain say
+    /// retention took, by the last record taken (their signatures are
+    /// checked by `checkpoint::check_base`, which has the key).
+    pub removed_through: std::collections::BTreeMap<u64, Removal>,
+}
+
+/// What one `audit.segment-removed` record says was taken.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Removal {
+    /// The first record taken.
+    pub first_seq: u64,
+    /// The hash of the last record taken.
+    pub last_hash: String,
+    /// The monitor's checkpoint key's signature (hex) over the range and
+    /// hash; empty in records of versions that did not sign them.
+    #[serde(default)]
+    pub signature: String,
 }
 
 impl VerifyReport {
@@ -97,7 +111,7 @@ pub fn verify_chain<E: std::fmt::Display>(
 ) -> VerifyReport {
     let mut head = base.clone();
     let mut count = 0;
-    let mut removed_through = std::collections::BTreeSet::new();
+    let mut removed_through = std::collections::BTreeMap::new();
     for item in records {
         count += 1;
         let expected_seq = head.seq + 1;
@@ -122,11 +136,11 @@ pub fn verify_chain<E: std::fmt::Display>(
             return bad("content does not match its hash: the record was altered".into());
         }
         if record.kind == REMOVED_KIND
-            && let Some(last) = serde_json::from_str::<serde_json::Value>(&record.request)
-                .ok()
-                .and_then(|r| r.get("last_seq").and_then(serde_json::Value::as_u64))
+            && let Ok(value) = serde_json::from_str::<serde_json::Value>(&record.request)
+            && let Some(last) = value.get("last_seq").and_then(serde_json::Value::as_u64)
+            && let Ok(removal) = serde_json::from_value::<Removal>(value)
         {
-            removed_through.insert(last);
+            removed_through.insert(last, removal);
         }
         head = Head { seq: record.seq, hash: record.hash };
     }
@@ -135,7 +149,7 @@ pub fn verify_chain<E: std::fmt::Display>(
 
 /// The kind of the record retention writes before it takes a segment; its
 /// `request` is a JSON object with `first_seq`, `last_seq`, `last_hash`,
-/// `bytes`, `archive` and `why`.
+/// `bytes`, `archive`, `why` and `signature` (see `Removal`).
 pub(crate) const REMOVED_KIND: &str = "audit.segment-removed";
 
 /// The records of a cursor up to a seq, one at a time.

@@ -46,7 +46,7 @@ pub(crate) mod wal;
 mod writer;
 
 pub(crate) use self::chain::REMOVED_KIND;
-pub use self::chain::{VerifyReport, verify_chain};
+pub use self::chain::{Removal, VerifyReport, verify_chain};
 pub use self::commit::Head;
 pub(crate) use self::commit::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange};
 pub use self::keys::trees;

@@ -4,6 +4,7 @@
 //! checkpoint it does not.
 
 use warden_monitor::config::AuditConfig;
+use warden_monitor::store::{AuditRecord, StoppedStore};
 use warden_sdk::{ActionRequest, Actor};
 
 use crate::support::{TestMonitor, eventually};
@@ -166,6 +167,60 @@ async fn old_segments_deleted_by_hand_are_not_vouched_for_by_a_periodic_checkpoi
     let report = offline(&monitor).unwrap();
     let (_, why) = report.first_bad.expect("the start is not vouched for");
     assert!(why.contains("no retention record") && why.contains("records were removed"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_record_forged_without_the_key_vouches_for_nothing() {
+    let mut monitor = stopped_with_segments(3).await;
+    // The shutdown checkpoint signs the head; the next start begins a
+    // segment right after it, so that record is vouched for by a checkpoint.
+    monitor.launch_again().await;
+    let actor = Actor::new("alice", "claude-code", "s");
+    monitor.harness().await.authorize(&actor, ActionRequest::read_file("/home/alice/project/x")).await.unwrap();
+    monitor.stop_server().await;
+    let segments = live_segments(&monitor);
+    let kept_from: u64 = segments.last().unwrap().0.trim_end_matches(".seg").parse().unwrap();
+
+    // Someone with write access to the data folder deletes the oldest
+    // segments and appends a retention record of their own, chained to the
+    // head (a hash and a checksum need no key).
+    let store = StoppedStore::open(&monitor.store_dir()).unwrap();
+    let records: Vec<AuditRecord> = store.records(1).collect::<Result<_, _>>().unwrap();
+    let base = records.iter().find(|r| r.seq() == kept_from - 1).unwrap().clone();
+    let mut kept: Vec<AuditRecord> = records.into_iter().filter(|r| r.seq() >= kept_from).collect();
+    let head = kept.last().unwrap().clone();
+    let mut forged = serde_json::to_value(&head).unwrap();
+    forged["seq"] = (head.seq() + 1).into();
+    forged["kind"] = "audit.segment-removed".into();
+    forged["caller"] = "wardend".into();
+    forged["outcome"] = "".into();
+    forged["request"] = serde_json::json!({
+        "first_seq": 1, "last_seq": base.seq(), "last_hash": base.hash, "bytes": 1,
+        "archive": null, "why": "over retain_bytes", "signature": "00".repeat(64),
+    })
+    .to_string()
+    .into();
+    forged["prev_hash"] = head.hash.clone().into();
+    let mut forged: AuditRecord = serde_json::from_value(forged).unwrap();
+    forged.hash = forged.compute_hash();
+    kept.push(forged);
+    store.rewrite(&kept).unwrap();
+    drop(store);
+    for (name, _) in &segments[..segments.len() - 1] {
+        let path = monitor.store_dir().join("audit").join(name);
+        if path.exists() {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+
+    // Offline and online, the start is not vouched for.
+    let report = offline(&monitor).unwrap();
+    let (seq, why) = report.first_bad.expect("a forged removal is refused");
+    assert_eq!(seq, 1);
+    assert!(why.contains("did not sign") && why.contains("records were removed"), "{why}");
+    monitor.launch_again().await;
+    let report = monitor.verify().await;
+    assert!(!report.ok && report.error.contains("did not sign"), "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
