@@ -81,7 +81,9 @@ impl ClaudeEvent {
     /// `Read`, `Glob`, `Grep`, `NotebookRead` read the file or the folder
     /// searched; `Write`, `Edit`, `MultiEdit`, `NotebookEdit` write;
     /// `WebFetch` is a GET; `mcp__SERVER__TOOL` is that MCP tool; any other
-    /// tool (`WebSearch`, `Task` …) is a `tool.call` on server `claude-code`.
+    /// tool (`WebSearch`, `Agent`, `TaskCreate`, `Skill` …) is a `tool.call`
+    /// on server `claude-code`, which the bundled `claude-code.cedar`
+    /// decides.
     pub fn request(&self) -> Result<ActionRequest, HookError> {
         let request = match self.tool_name.as_str() {
             "Bash" => ActionRequest::exec(["bash", "-c", self.required("command")?]),

@@ -13,10 +13,11 @@ use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::server::{RunningServer, ServerConfig, start};
 use warden_proto::v1 as pb;
 use warden_tests::claude_code::{ClaudeRun, claude_or_skip};
-use warden_tests::model_server::{ScriptedModel, Step};
+use warden_tests::model_server::{ScriptedModel, Step, ToolResult};
 
 const HARNESS: &str = "wdn_hook_test_harness";
 const APPROVER: &str = "wdn_hook_test_approver";
+const ADMIN: &str = "wdn_hook_test_admin";
 
 /// A workspace, the bundled policies with alice's workspace in it, and a
 /// monitor on loopback.
@@ -48,7 +49,11 @@ impl Setup {
         let config = ServerConfig::new(
             policies,
             data,
-            vec![CredentialConfig::for_token("claude-hook", Role::Harness, HARNESS, &["alice"]), approver],
+            vec![
+                CredentialConfig::for_token("claude-hook", Role::Harness, HARNESS, &["alice"]),
+                approver,
+                CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+            ],
         );
         let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
         let endpoint = format!("http://{}", monitor.addr());
@@ -73,6 +78,58 @@ impl Setup {
             .env("WARDEN_TOKEN", HARNESS)
             .env("WARDEN_USER", "alice")
             .timeout(Duration::from_secs(180))
+    }
+
+    /// Claude Code in the workspace with the settings `warden-hook install`
+    /// wrote, and no Warden variable in its environment but the user: the
+    /// entry alone says where the monitor is and where its token is. Every
+    /// tool pre-approved, so the hook is the only gate.
+    fn claude_as_installed(&self, claude: &Path, settings: Value) -> ClaudeRun {
+        ClaudeRun::new(claude, "do the task")
+            .current_dir(self.workspace())
+            .allowed_tools(["Bash", "Read", "Write", "Edit"])
+            .settings(settings)
+            .env("WARDEN_USER", "alice")
+            .timeout(Duration::from_secs(180))
+    }
+
+    /// The settings `warden-hook install claude-code --print` writes for
+    /// this monitor, with the harness token in a file under a folder whose
+    /// name has a space (the shell that runs the hook must keep it whole).
+    fn installed_settings(&self) -> Value {
+        let tokens = self.root.path().join("my tokens");
+        std::fs::create_dir_all(&tokens).unwrap();
+        std::fs::write(tokens.join("harness.token"), format!("{HARNESS}\n")).unwrap();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden-hook"))
+            .args(["install", "claude-code", "--print", "--max-wait", "90", "--endpoint", &self.endpoint])
+            .arg("--token-file")
+            .arg(tokens.join("harness.token"))
+            .env_remove("WARDEN_TOKEN")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
+    /// Every decision record of the monitor's audit log: session, resource
+    /// and outcome.
+    async fn decisions(&self) -> Vec<(String, String, i32)> {
+        let channel = tonic::transport::Channel::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap();
+        let token: tonic::metadata::MetadataValue<_> = format!("Bearer {ADMIN}").parse().unwrap();
+        let mut admin = pb::admin_client::AdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", token.clone());
+            Ok(r)
+        });
+        let request = pb::TailAuditRequest { all: true, ..Default::default() };
+        let mut stream = admin.tail_audit(request).await.unwrap().into_inner();
+        let mut decisions = Vec::new();
+        while let Some(record) = stream.message().await.unwrap() {
+            if record.kind == "decision" {
+                let session = record.actor.map(|a| a.session).unwrap_or_default();
+                decisions.push((session, record.resource, record.outcome));
+            }
+        }
+        decisions
     }
 
     /// Waits for one approval, then approves it.
@@ -109,6 +166,32 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// Each tool result Claude Code sent back, once, in the order of the calls.
+/// Read from every message, not only the last: with sub-agents and the task
+/// list, 2.1.328 ends some requests with a `system` message after the
+/// results, which [`ScriptedModel::tool_results`] does not look past.
+fn every_tool_result(model: &ScriptedModel) -> Vec<ToolResult> {
+    let mut results = std::collections::BTreeMap::new();
+    for body in model.requests() {
+        for message in body["messages"].as_array().into_iter().flatten() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] != "tool_result" {
+                    continue;
+                }
+                let id = block["tool_use_id"].as_str().unwrap().to_owned();
+                let content = match &block["content"] {
+                    Value::String(text) => text.clone(),
+                    blocks => blocks.as_array().into_iter().flatten().filter_map(|b| b["text"].as_str()).collect(),
+                };
+                let number: u64 = id.trim_start_matches("toolu_scripted_").parse().unwrap();
+                let is_error = block["is_error"].as_bool().unwrap_or(false);
+                results.insert(number, ToolResult { tool_use_id: id, content, is_error });
+            }
+        }
+    }
+    results.into_values().collect()
 }
 
 fn hook() -> String {
@@ -190,4 +273,82 @@ async fn with_warden_stopped_or_the_hook_broken_nothing_runs() {
     setup.claude(&claude, "/nonexistent/warden-hook claude-code").run(&model).await.unwrap();
     assert!(model.tool_results()[0].is_error, "{:#?}", model.tool_results());
     assert!(!workspace.join("ran-too.txt").exists(), "the tool ran with its hook missing");
+}
+
+/// A session as the bundled pack meets it, through the hook as `install`
+/// writes it: the task list and a sub-agent are allowed; the sub-agent's own
+/// tool calls fire the hook in the same session (Claude Code 2.1.328), so
+/// its credential read is denied; the Skill tool is denied, and the shell
+/// line of the skill never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_plans_and_delegates_and_its_sub_agent_is_asked_about_too() {
+    let Some(claude) = claude_or_skip().unwrap() else { return };
+    let setup = Setup::start().await;
+    let workspace = setup.workspace();
+    std::fs::write(workspace.join(".env"), "SECRET=1\n").unwrap();
+    std::fs::create_dir_all(workspace.join(".claude/skills/probe")).unwrap();
+    std::fs::write(
+        workspace.join(".claude/skills/probe/SKILL.md"),
+        "---\nname: probe\ndescription: A probe skill\n---\nThe time: !`touch skill-ran.txt; date`\n",
+    )
+    .unwrap();
+
+    let model = ScriptedModel::start(vec![
+        Step::tool_use("TaskCreate", json!({"subject": "look around", "description": "see what the project holds"})),
+        // In the foreground, so that the sub-agent's turns come next.
+        Step::tool_use(
+            "Agent",
+            json!({"description": "look around", "prompt": "look around", "subagent_type": "general-purpose",
+                "run_in_background": false}),
+        ),
+        // The sub-agent's turns.
+        Step::tool_use("Write", json!({"file_path": workspace.join("from-sub-agent.txt"), "content": "hello\n"})),
+        Step::tool_use("Bash", json!({"command": "cat .env > leaked.txt", "description": "show the env"})),
+        Step::text("the sub-agent is done"),
+        // The main agent again.
+        Step::tool_use("Skill", json!({"skill": "probe"})),
+        Step::text("done"),
+    ])
+    .await
+    .unwrap();
+    // The task list tools are offered to some models only; this turns them on.
+    let run = setup.claude_as_installed(&claude, setup.installed_settings()).env("CLAUDE_CODE_ENABLE_TODO_TOOLS", "1");
+    let output = run.run(&model).await.unwrap();
+
+    let results = every_tool_result(&model);
+    assert_eq!(results.len(), 5, "{results:#?}\n{}\n{}", output.stdout, output.stderr);
+    let [task, agent, write, read_env, skill] = &results[..] else { panic!("{results:#?}") };
+    assert!(!task.is_error, "{results:#?}");
+    assert!(!write.is_error, "{results:#?}");
+    assert_eq!(std::fs::read_to_string(workspace.join("from-sub-agent.txt")).unwrap(), "hello\n");
+    assert!(read_env.is_error && read_env.content.contains("no-credentials"), "{results:#?}");
+    assert!(!workspace.join("leaked.txt").exists(), "the sub-agent's denied command ran");
+    assert!(!agent.is_error, "{results:#?}");
+    assert!(skill.is_error && skill.content.contains("claude-code.no-skills"), "{results:#?}");
+    assert!(!workspace.join("skill-ran.txt").exists(), "the skill's shell line ran");
+
+    // Every call was decided by this monitor, in Claude Code's one session:
+    // the sub-agent's as well.
+    let decisions = setup.decisions().await;
+    let session = output.json["session_id"].as_str().unwrap();
+    assert!(decisions.iter().all(|(s, _, _)| s == session), "{session}: {decisions:#?}");
+    let asked: Vec<(&str, i32)> =
+        decisions.iter().map(|(_, resource, outcome)| (resource.as_str(), *outcome)).collect();
+    let (allow, deny) = (pb::Outcome::Allow as i32, pb::Outcome::Deny as i32);
+    let written = format!("File::\"{}\"", workspace.join("from-sub-agent.txt").display());
+    let [task, agent, write, command, skill] = &asked[..] else { panic!("{decisions:#?}") };
+    assert_eq!(
+        [*task, *agent, *write, *skill],
+        [
+            ("Tool::\"claude-code/TaskCreate\"", allow),
+            ("Tool::\"claude-code/Agent\"", allow),
+            (written.as_str(), allow),
+            ("Tool::\"claude-code/Skill\"", deny),
+        ],
+        "{decisions:#?}"
+    );
+    assert!(
+        command.0.starts_with("Command::") && command.0.contains("cat .env") && command.1 == deny,
+        "{decisions:#?}"
+    );
 }
