@@ -799,9 +799,11 @@ pub(crate) fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
     };
     pb::Approval {
         approval_id: approval.approval_id,
-        resource: approval.request.resource.display_uid(),
-        // Approvers see the request without the credentials it carries.
-        request: Some(input_to_proto(approval.input.for_display())),
+        resource: approval.request.resource.uid(),
+        // Approvers see the request exactly as it would run, and what in it
+        // looks like a credential named beside it.
+        credentials: approval.input.credentials(),
+        request: Some(input_to_proto(approval.input)),
         reasons: approval.reasons,
         policy_ids: approval.policy_ids,
         state: state as i32,

@@ -241,7 +241,14 @@ impl Resource {
         }
     }
 
-    /// `Type::"id"`, the way Cedar prints an entity uid (for logs and audit).
+    /// `Type::"id"`, the way Cedar prints an entity uid, exactly: for the
+    /// audit record and approvers.
+    pub(crate) fn uid(&self) -> String {
+        format!("{}::{:?}", self.entity_type(), self.entity_id())
+    }
+
+    /// `Type::"id"` without the credentials a command line or a URL may
+    /// carry: for what the harness is told and for logs.
     pub(crate) fn display_uid(&self) -> String {
         let id = match self {
             // What people read: without the credentials a command line or
@@ -269,60 +276,24 @@ pub struct NormalizedRequest {
 }
 
 impl RequestInput {
-    /// The request as sent, as approvers are shown it: each argv element,
-    /// the URL and the justification without credentials.
-    pub(crate) fn for_display(&self) -> RequestInput {
-        let mut shown = self.clone();
-        match &mut shown.resource {
-            ResourceInput::Command { argv, .. } => *argv = crate::redact::argv(argv),
-            ResourceInput::Http { url, .. } => *url = crate::redact::text(url),
-            ResourceInput::Tool { arguments_json, .. } => *arguments_json = crate::redact::json_text(arguments_json),
-            _ => {}
+    /// What in the request looks like a credential, as the agent wrote it
+    /// (`api_key=…`, `Authorization: Bearer …`, `--token …`): approvers
+    /// are shown the request exactly, and these named beside it, so that
+    /// they see what would leave instead of a `REDACTED` in its place.
+    pub(crate) fn credentials(&self) -> Vec<String> {
+        let mut found = match &self.resource {
+            ResourceInput::Command { argv, .. } => crate::redact::credentials(&argv.join(" ")),
+            ResourceInput::Http { url, .. } => crate::redact::credentials(url),
+            ResourceInput::Tool { arguments_json, .. } => crate::redact::json_credentials(arguments_json),
+            _ => Vec::new(),
+        };
+        found.extend(crate::redact::credentials(&self.justification));
+        if !self.context_json.is_empty() {
+            found.extend(crate::redact::json_credentials(&self.context_json));
         }
-        shown.justification = crate::redact::text(&shown.justification);
-        if !shown.context_json.is_empty() {
-            shown.context_json = crate::redact::json_text(&shown.context_json);
-        }
-        shown
-    }
-}
-
-impl NormalizedRequest {
-    /// The request as people are shown it (the audit record's `request`,
-    /// approvers): the command line, the URL and the justification without
-    /// the credentials they carry. Policies see the request itself.
-    pub(crate) fn for_display(&self) -> NormalizedRequest {
-        let mut shown = self.clone();
-        match &mut shown.resource {
-            Resource::Command { argv, line, args, words, .. } => {
-                *argv = crate::redact::text(argv);
-                *line = crate::redact::text(line);
-                // Redacted as a command line, so that a `--token VALUE`
-                // pair loses its value here too, not only in `words`.
-                let shown_words = crate::redact::argv(words);
-                *args = if words.is_empty() {
-                    args.iter().map(|arg| crate::redact::text(arg)).collect()
-                } else {
-                    shown_words.iter().skip(1).cloned().collect()
-                };
-                *words = shown_words;
-            }
-            Resource::Url { url, path, .. } => {
-                *url = crate::redact::text(url);
-                *path = crate::redact::text(path);
-            }
-            _ => {}
-        }
-        if let Resource::Tool { arguments, .. } = &mut shown.resource {
-            *arguments = crate::redact::json_text(arguments);
-        }
-        shown.justification = crate::redact::text(&shown.justification);
-        let mut context = serde_json::Value::Object(std::mem::take(&mut shown.context));
-        crate::redact::json(&mut context);
-        if let serde_json::Value::Object(members) = context {
-            shown.context = members;
-        }
-        shown
+        let mut seen = std::collections::HashSet::new();
+        found.retain(|written| seen.insert(written.clone()));
+        found
     }
 }
 

@@ -1,15 +1,13 @@
-//! Credentials taken out of what people read: approvers' screens, the
-//! audit record's display fields, reasons. Policies still see the real
-//! request, and the request hash is over it; only the words for people
-//! change. Pure, and a leaf: text in, text out
-//! (`NormalizedRequest::for_display` applies it to a request).
+//! Credentials in what an agent wrote: taken out of what the harness is
+//! told and what is logged (reasons naming a command or a URL, log lines),
+//! and found, not replaced, for approvers, who are shown the request
+//! exactly, with what looks like a credential named beside it
+//! (`RequestInput::credentials`). Policies and the audit record see the
+//! real request. Pure, and a leaf: text in, text out.
 
 use std::sync::LazyLock;
 
 use regex::Regex;
-
-/// What replaces a credential.
-pub(crate) const REDACTED: &str = "REDACTED";
 
 /// A name of something secret, inside a longer name (`GITHUB_TOKEN`,
 /// `db_password`, `x-api-key`).
@@ -38,41 +36,7 @@ static RULES: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
     rules.into_iter().filter_map(|(pattern, with)| Regex::new(&pattern).ok().map(|re| (re, with))).collect()
 });
 
-/// A JSON value without credentials: every member whose name names a
-/// secret (`api_key`, `password`, `x-api-key`) has its value replaced, and
-/// every string as [`text`] shows it.
-pub(crate) fn json(value: &mut serde_json::Value) {
-    static SECRET_KEY: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(&format!(r"(?i)^{SECRET_NAME}$")).ok());
-    match value {
-        serde_json::Value::String(s) => *s = text(s),
-        serde_json::Value::Array(items) => items.iter_mut().for_each(json),
-        serde_json::Value::Object(members) => {
-            for (key, member) in members.iter_mut() {
-                if SECRET_KEY.as_ref().is_some_and(|re| re.is_match(key)) && !member.is_null() {
-                    *member = serde_json::Value::String(REDACTED.to_owned());
-                } else {
-                    json(member);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// JSON text without credentials (see [`json`]), as it was when it shows
-/// none; text that is not JSON as [`text`] shows it.
-pub(crate) fn json_text(source: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(source) {
-        Ok(value) => {
-            let mut shown = value.clone();
-            json(&mut shown);
-            if shown == value { source.to_owned() } else { shown.to_string() }
-        }
-        Err(_) => text(source),
-    }
-}
-
-/// `text` with every credential it shows replaced by [`REDACTED`].
+/// `text` with every credential it shows replaced by `REDACTED`.
 pub(crate) fn text(text: &str) -> String {
     let mut out = text.to_owned();
     for (pattern, with) in RULES.iter() {
@@ -81,58 +45,78 @@ pub(crate) fn text(text: &str) -> String {
     out
 }
 
-/// An argv without credentials: each element as [`text`] shows it, and the
-/// word after a flag that takes a secret (`--token VALUE`), or the password
-/// of `-u user:password`.
-pub(crate) fn argv(argv: &[String]) -> Vec<String> {
-    let mut shown: Vec<String> = Vec::with_capacity(argv.len());
-    for arg in argv {
-        let previous = shown.last().map(|p| p.to_ascii_lowercase()).unwrap_or_default();
-        let value = if SECRET_FLAGS.contains(&previous.as_str()) {
-            REDACTED.to_owned()
-        } else if (previous == "-u" || previous == "--user") && arg.contains(':') {
-            let user = arg.split(':').next().unwrap_or_default();
-            format!("{user}:{REDACTED}")
-        } else {
-            text(arg)
-        };
-        shown.push(value);
+/// What in `text` looks like a credential, each as written with the name
+/// it follows (`api_key=cHJp…`, `Authorization: Bearer abc`, `--token
+/// abc`): what [`text`] would replace, found rather than replaced, in order,
+/// each once.
+pub(crate) fn credentials(text: &str) -> Vec<String> {
+    let mut found: Vec<(usize, String)> = Vec::new();
+    for (pattern, _) in RULES.iter() {
+        for hit in pattern.find_iter(text) {
+            let written = hit.as_str().trim_start_matches(|c: char| c.is_whitespace() || "?&;'\":/".contains(c));
+            let at = hit.end() - written.len();
+            if !found.iter().any(|(start, seen)| *start <= at && at < start + seen.len()) {
+                found.push((at, written.to_owned()));
+            }
+        }
     }
-    shown
+    found.sort();
+    found.into_iter().map(|(_, written)| written).collect()
 }
 
-/// Flags whose next word is a secret.
-const SECRET_FLAGS: &[&str] =
-    &["--token", "-token", "--password", "--passwd", "--api-key", "--apikey", "--api_key", "--secret", "--auth-token"];
+/// What in JSON text looks like a credential: every member whose name names
+/// a secret, as `name: value`, and what [`credentials`] finds in strings;
+/// text that is not JSON as [`credentials`] reads it.
+pub(crate) fn json_credentials(source: &str) -> Vec<String> {
+    fn walk(value: &serde_json::Value, found: &mut Vec<String>) {
+        static SECRET_KEY: LazyLock<Option<Regex>> =
+            LazyLock::new(|| Regex::new(&format!(r"(?i)^{SECRET_NAME}$")).ok());
+        match value {
+            serde_json::Value::String(s) => found.extend(credentials(s)),
+            serde_json::Value::Array(items) => items.iter().for_each(|item| walk(item, found)),
+            serde_json::Value::Object(members) => {
+                for (key, member) in members {
+                    match member {
+                        serde_json::Value::Null => {}
+                        serde_json::Value::String(value) if SECRET_KEY.as_ref().is_some_and(|re| re.is_match(key)) => {
+                            found.push(format!("{key}: {value}"));
+                        }
+                        _ if SECRET_KEY.as_ref().is_some_and(|re| re.is_match(key)) => {
+                            found.push(format!("{key}: {member}"));
+                        }
+                        _ => walk(member, found),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(source) {
+        Ok(value) => {
+            let mut found = Vec::new();
+            walk(&value, &mut found);
+            found
+        }
+        Err(_) => credentials(source),
+    }
+}
 
 #[cfg(test)]
 mod tests {
-    use super::{argv, json_text, text};
+    use super::{credentials, json_credentials, text};
 
     #[test]
-    fn json_loses_the_values_of_secret_members_and_credentials_in_strings() {
-        let raw = r#"{"api_key":"sk-live-123","nested":{"db_password":"p"},"headers":["X-Api-Key: sk-live-456"],"url":"https://x.example/?key=1&token=t0k","n":3}"#;
-        let shown = json_text(raw);
-        for secret in ["sk-live-123", "\"p\"", "sk-live-456", "t0k"] {
-            assert!(!shown.contains(secret), "{secret} in {shown}");
-        }
-        assert!(shown.contains(r#""n":3"#) && shown.contains("REDACTED"), "{shown}");
-        // Nothing to hide: the text as it was, not re-serialized.
-        let plain = r#"{ "path": "/tmp/a",  "b": [1, 2] }"#;
-        assert_eq!(json_text(plain), plain);
-        assert_eq!(json_text("not json token=abc"), "not json token=REDACTED");
-    }
-
-    #[test]
-    fn an_argv_loses_the_secret_after_its_flag() {
-        let raw: Vec<String> = ["deploy", "--token", "abc", "-u", "al:pw", "-H", "Authorization: Bearer x", "ok"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+    fn credentials_are_found_as_written_with_their_names() {
+        let line = "curl -H 'Authorization: Bearer abc.def' 'https://x/?user=al&access_token=s3cr3t' --token t0k -u al:pw https://bo:hunter2@db/";
         assert_eq!(
-            argv(&raw),
-            ["deploy", "--token", "REDACTED", "-u", "al:REDACTED", "-H", "Authorization: Bearer REDACTED", "ok"]
+            credentials(line),
+            ["Authorization: Bearer abc.def", "access_token=s3cr3t", "--token t0k", "-u al:pw", "bo:hunter2@"],
+            "{line}"
         );
+        assert!(credentials("git push origin main && cat /home/alice/token.txt").is_empty());
+        let json = r#"{"text":"notes api_key=cHJpdmF0ZSBub3Rlczog","auth":{"db_password":"p"},"n":3}"#;
+        assert_eq!(json_credentials(json), ["api_key=cHJpdmF0ZSBub3Rlczog", "db_password: p"]);
+        assert_eq!(json_credentials("not json token=abc"), ["token=abc"]);
     }
 
     #[test]

@@ -346,8 +346,9 @@ impl Decided<'_> {
             caller: caller.name.clone(),
             actor: Some(request.actor.clone()),
             action: request.action.clone(),
-            resource: request.resource.display_uid(),
-            request: serde_json::to_string(&request.for_display()).unwrap_or_default(),
+            // The record keeps the request as it was: admins read it whole.
+            resource: request.resource.uid(),
+            request: serde_json::to_string(&request).unwrap_or_default(),
             outcome: evaluation.outcome.as_str().into(),
             policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
             // Every part of a command and how it was decided.

@@ -118,6 +118,23 @@ function card(approval) {
   const request = document.createElement("pre");
   request.textContent = JSON.stringify(approval.request, null, 2);
   item.append(request);
+  // Shown, not hidden: what would leave if this is approved.
+  if (approval.credentials.length > 0) {
+    const marked = document.createElement("div");
+    marked.className = "credentials";
+    const heading = document.createElement("strong");
+    heading.textContent = "Looks like a credential, and would leave with this request:";
+    const list = document.createElement("ul");
+    for (const written of approval.credentials) {
+      const line = document.createElement("li");
+      const code = document.createElement("code");
+      code.textContent = written;
+      line.append(code);
+      list.append(line);
+    }
+    marked.append(heading, list);
+    item.append(marked);
+  }
   const actions = document.createElement("div");
   actions.className = "actions";
   const note = document.createElement("input");

@@ -331,10 +331,12 @@ fn shown(approval: &ApprovalRecord) -> serde_json::Value {
     let mut value = json!({
         "approval_id": approval.approval_id,
         "action": approval.request.action,
-        "resource": approval.request.resource.display_uid(),
+        "resource": approval.request.resource.uid(),
         "actor": approval.request.actor,
         "justification": approval.request.justification,
-        "request": approval.input.for_display(),
+        // Exactly what would run, and what in it looks like a credential.
+        "request": approval.input,
+        "credentials": approval.input.credentials(),
         "policy_ids": approval.policy_ids,
         "reasons": approval.reasons,
         "approvers": approval.approvers,

@@ -254,34 +254,70 @@ async fn approving_checks_the_approvers_of_the_policies_in_force() {
     assert_eq!(approved.into_inner().state, pb::ApprovalState::Approved as i32);
 }
 
-/// A credential in a command line or URL is not shown to approvers or kept
-/// in the audit record's display; the request hash is still over the real
-/// request, so the approval is bound to it.
+/// What waits for a person is shown to them exactly: a credential in a
+/// command line, a URL or a tool's arguments is named beside the request,
+/// never replaced, so that the approver sees what would leave. The audit
+/// record keeps the request as it was, for admins; the harness is told
+/// nothing of it. The approval is bound to the real request.
 #[tokio::test]
-async fn credentials_in_requests_are_redacted_for_people() {
+async fn approvers_see_every_value_a_waiting_request_carries_with_credentials_marked() {
     let monitor = TestMonitor::start().await;
     let harness = monitor.harness().await;
     let argv = ["git", "push", "https://alice:ghp_s3cr3t@github.com/org/repo.git", "main", "--token", "tok_abc"];
     let request = ActionRequest::exec(argv).justification("push with password=hunter2");
     let pending = harness.authorize(&alice(), request.clone()).await.unwrap();
     assert_eq!(pending.outcome, Outcome::Pending, "{pending:?}");
+    let told = format!("{pending:?}");
+    for secret in ["ghp_s3cr3t", "tok_abc", "hunter2"] {
+        assert!(!told.contains(secret), "the harness is told `{secret}`: {told}");
+    }
 
     let mut approvals = monitor.approvals(crate::support::APPROVER).await;
     let listed = approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner();
-    let shown = format!("{:?}", listed.approvals);
-    for secret in ["ghp_s3cr3t", "tok_abc", "hunter2"] {
-        assert!(!shown.contains(secret), "approvers see `{secret}`: {shown}");
-    }
-    assert!(shown.contains("REDACTED"), "{shown}");
+    let approval = &listed.approvals[0];
+    let shown = approval.request.as_ref().and_then(|r| r.resource.clone()).unwrap();
+    let pb::authorize_request::Resource::Command(command) = shown else { panic!("{shown:?}") };
+    assert_eq!(command.argv, argv, "approvers see the command exactly");
+    assert_eq!(approval.request.as_ref().unwrap().justification, "push with password=hunter2");
+    assert!(!format!("{approval:?}").contains("REDACTED"), "{approval:?}");
+    assert_eq!(approval.credentials, ["alice:ghp_s3cr3t@", "--token tok_abc", "password=hunter2"], "{approval:?}");
+
     let audit = format!("{:?}", monitor.audit().await);
     for secret in ["ghp_s3cr3t", "tok_abc", "hunter2"] {
-        assert!(!audit.contains(secret), "the audit display keeps `{secret}`");
+        assert!(audit.contains(secret), "the audit record lost `{secret}`: {audit}");
     }
     // The approval is bound to the real request.
     let mut sent = request.into_proto_request();
     sent.actor = Some(pb::Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() });
     let input = warden_monitor::grpc::request_input(sent).unwrap();
-    assert_eq!(listed.approvals[0].request_hash, warden_monitor::service::request_hash(&input));
+    assert_eq!(approval.request_hash, warden_monitor::service::request_hash(&input));
+}
+
+/// After the trifecta labels, a message that carries a credential out waits
+/// for a person, who reads the credential itself, marked.
+#[tokio::test]
+async fn an_exfiltrating_tool_call_shows_its_payload_to_the_approver() {
+    let monitor = TestMonitor::start().await;
+    let harness = monitor.harness().await;
+    let actor = Actor::new("alice", "claude-code", "trifecta");
+    for request in [
+        ActionRequest::http("GET", "https://example.com/untrusted"),
+        ActionRequest::read_file("/home/alice/private/notes.md"),
+    ] {
+        assert_eq!(harness.authorize(&actor, request).await.unwrap().outcome, Outcome::Allow);
+    }
+    let payload = r#"{"channel":"general","text":"fyi api_key=cHJpdmF0ZSBub3Rlczog"}"#;
+    let post = ActionRequest::call_tool("slack", "post_message", payload);
+    let decision = harness.authorize(&actor, post).await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Pending, "{decision:?}");
+    let mut approvals = monitor.approvals(crate::support::APPROVER).await;
+    let listed = approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner();
+    let approval = listed.approvals.iter().find(|a| a.approval_id == decision.approval_id).unwrap();
+    let Some(pb::authorize_request::Resource::Tool(tool)) = approval.request.as_ref().unwrap().resource.clone() else {
+        panic!("{approval:?}")
+    };
+    assert_eq!(tool.arguments_json, payload);
+    assert_eq!(approval.credentials, ["api_key=cHJpdmF0ZSBub3Rlczog"]);
 }
 
 /// Bad input from an authenticated harness leaves a record (escaped,

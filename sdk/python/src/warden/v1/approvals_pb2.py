@@ -26,31 +26,31 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from warden.v1 import authority_pb2 as warden_dot_v1_dot_authority__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19warden/v1/approvals.proto\x12\twarden.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19warden/v1/authority.proto\"\xbf\x03\n\x08\x41pproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12,\n\x07request\x18\x02 \x01(\x0b\x32\x1b.warden.v1.AuthorizeRequest\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\x12\n\npolicy_ids\x18\x04 \x03(\t\x12\'\n\x05state\x18\x05 \x01(\x0e\x32\x18.warden.v1.ApprovalState\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bresolved_by\x18\x08 \x01(\t\x12\x0c\n\x04note\x18\t \x01(\t\x12\x10\n\x08resource\x18\n \x01(\t\x12\x14\n\x0crequest_hash\x18\x0b \x01(\t\x12\x11\n\tapprovers\x18\x0c \x03(\t\x12\x0f\n\x07harness\x18\r \x01(\t\x12\x12\n\npermit_ids\x18\x0e \x03(\t\x12%\n\x08\x64\x65\x63ision\x18\x0f \x01(\x0b\x32\x13.warden.v1.Decision\x12\x18\n\x10passkey_policies\x18\x10 \x03(\t\";\n\x12ListPendingRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x13ListPendingResponse\x12&\n\tapprovals\x18\x01 \x03(\x0b\x32\x13.warden.v1.Approval\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x12GetApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\"\x15\n\x13WatchPendingRequest\"b\n\rApprovalEvent\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.warden.v1.ApprovalEventKind\x12%\n\x08\x61pproval\x18\x02 \x01(\x0b\x32\x13.warden.v1.Approval\"\x8a\x01\n\x0eResolveRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x19\n\x11grant_for_seconds\x18\x04 \x01(\x04\x12\x13\n\x0bgrant_scope\x18\x05 \x01(\t\x12\x14\n\x0crequest_hash\x18\x06 \x01(\t*\x9f\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04*\xb9\x01\n\x11\x41pprovalEventKind\x12#\n\x1f\x41PPROVAL_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x41PPROVAL_EVENT_KIND_CURRENT\x10\x01\x12\x1b\n\x17\x41PPROVAL_EVENT_KIND_NEW\x10\x02\x12 \n\x1c\x41PPROVAL_EVENT_KIND_RESOLVED\x10\x03\x12\x1f\n\x1b\x41PPROVAL_EVENT_KIND_EXPIRED\x10\x04\x32\xa3\x02\n\tApprovals\x12L\n\x0bListPending\x12\x1d.warden.v1.ListPendingRequest\x1a\x1e.warden.v1.ListPendingResponse\x12J\n\x0cWatchPending\x12\x1e.warden.v1.WatchPendingRequest\x1a\x18.warden.v1.ApprovalEvent0\x01\x12\x39\n\x07Resolve\x12\x19.warden.v1.ResolveRequest\x1a\x13.warden.v1.Approval\x12\x41\n\x0bGetApproval\x12\x1d.warden.v1.GetApprovalRequest\x1a\x13.warden.v1.Approvalb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19warden/v1/approvals.proto\x12\twarden.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19warden/v1/authority.proto\"\xd4\x03\n\x08\x41pproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12,\n\x07request\x18\x02 \x01(\x0b\x32\x1b.warden.v1.AuthorizeRequest\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\x12\n\npolicy_ids\x18\x04 \x03(\t\x12\'\n\x05state\x18\x05 \x01(\x0e\x32\x18.warden.v1.ApprovalState\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bresolved_by\x18\x08 \x01(\t\x12\x0c\n\x04note\x18\t \x01(\t\x12\x10\n\x08resource\x18\n \x01(\t\x12\x14\n\x0crequest_hash\x18\x0b \x01(\t\x12\x11\n\tapprovers\x18\x0c \x03(\t\x12\x0f\n\x07harness\x18\r \x01(\t\x12\x12\n\npermit_ids\x18\x0e \x03(\t\x12%\n\x08\x64\x65\x63ision\x18\x0f \x01(\x0b\x32\x13.warden.v1.Decision\x12\x18\n\x10passkey_policies\x18\x10 \x03(\t\x12\x13\n\x0b\x63redentials\x18\x11 \x03(\t\";\n\x12ListPendingRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x13ListPendingResponse\x12&\n\tapprovals\x18\x01 \x03(\x0b\x32\x13.warden.v1.Approval\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x12GetApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\"\x15\n\x13WatchPendingRequest\"b\n\rApprovalEvent\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.warden.v1.ApprovalEventKind\x12%\n\x08\x61pproval\x18\x02 \x01(\x0b\x32\x13.warden.v1.Approval\"\x8a\x01\n\x0eResolveRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x19\n\x11grant_for_seconds\x18\x04 \x01(\x04\x12\x13\n\x0bgrant_scope\x18\x05 \x01(\t\x12\x14\n\x0crequest_hash\x18\x06 \x01(\t*\x9f\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04*\xb9\x01\n\x11\x41pprovalEventKind\x12#\n\x1f\x41PPROVAL_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x41PPROVAL_EVENT_KIND_CURRENT\x10\x01\x12\x1b\n\x17\x41PPROVAL_EVENT_KIND_NEW\x10\x02\x12 \n\x1c\x41PPROVAL_EVENT_KIND_RESOLVED\x10\x03\x12\x1f\n\x1b\x41PPROVAL_EVENT_KIND_EXPIRED\x10\x04\x32\xa3\x02\n\tApprovals\x12L\n\x0bListPending\x12\x1d.warden.v1.ListPendingRequest\x1a\x1e.warden.v1.ListPendingResponse\x12J\n\x0cWatchPending\x12\x1e.warden.v1.WatchPendingRequest\x1a\x18.warden.v1.ApprovalEvent0\x01\x12\x39\n\x07Resolve\x12\x19.warden.v1.ResolveRequest\x1a\x13.warden.v1.Approval\x12\x41\n\x0bGetApproval\x12\x1d.warden.v1.GetApprovalRequest\x1a\x13.warden.v1.Approvalb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'warden.v1.approvals_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPROVALSTATE']._serialized_start=1007
-  _globals['_APPROVALSTATE']._serialized_end=1166
-  _globals['_APPROVALEVENTKIND']._serialized_start=1169
-  _globals['_APPROVALEVENTKIND']._serialized_end=1354
+  _globals['_APPROVALSTATE']._serialized_start=1028
+  _globals['_APPROVALSTATE']._serialized_end=1187
+  _globals['_APPROVALEVENTKIND']._serialized_start=1190
+  _globals['_APPROVALEVENTKIND']._serialized_end=1375
   _globals['_APPROVAL']._serialized_start=101
-  _globals['_APPROVAL']._serialized_end=548
-  _globals['_LISTPENDINGREQUEST']._serialized_start=550
-  _globals['_LISTPENDINGREQUEST']._serialized_end=609
-  _globals['_LISTPENDINGRESPONSE']._serialized_start=611
-  _globals['_LISTPENDINGRESPONSE']._serialized_end=697
-  _globals['_GETAPPROVALREQUEST']._serialized_start=699
-  _globals['_GETAPPROVALREQUEST']._serialized_end=740
-  _globals['_WATCHPENDINGREQUEST']._serialized_start=742
-  _globals['_WATCHPENDINGREQUEST']._serialized_end=763
-  _globals['_APPROVALEVENT']._serialized_start=765
-  _globals['_APPROVALEVENT']._serialized_end=863
-  _globals['_RESOLVEREQUEST']._serialized_start=866
-  _globals['_RESOLVEREQUEST']._serialized_end=1004
-  _globals['_APPROVALS']._serialized_start=1357
-  _globals['_APPROVALS']._serialized_end=1648
+  _globals['_APPROVAL']._serialized_end=569
+  _globals['_LISTPENDINGREQUEST']._serialized_start=571
+  _globals['_LISTPENDINGREQUEST']._serialized_end=630
+  _globals['_LISTPENDINGRESPONSE']._serialized_start=632
+  _globals['_LISTPENDINGRESPONSE']._serialized_end=718
+  _globals['_GETAPPROVALREQUEST']._serialized_start=720
+  _globals['_GETAPPROVALREQUEST']._serialized_end=761
+  _globals['_WATCHPENDINGREQUEST']._serialized_start=763
+  _globals['_WATCHPENDINGREQUEST']._serialized_end=784
+  _globals['_APPROVALEVENT']._serialized_start=786
+  _globals['_APPROVALEVENT']._serialized_end=884
+  _globals['_RESOLVEREQUEST']._serialized_start=887
+  _globals['_RESOLVEREQUEST']._serialized_end=1025
+  _globals['_APPROVALS']._serialized_start=1378
+  _globals['_APPROVALS']._serialized_end=1669
 # @@protoc_insertion_point(module_scope)

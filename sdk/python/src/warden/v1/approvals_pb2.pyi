@@ -38,7 +38,7 @@ APPROVAL_EVENT_KIND_RESOLVED: ApprovalEventKind
 APPROVAL_EVENT_KIND_EXPIRED: ApprovalEventKind
 
 class Approval(_message.Message):
-    __slots__ = ("approval_id", "request", "reasons", "policy_ids", "state", "created_at", "expires_at", "resolved_by", "note", "resource", "request_hash", "approvers", "harness", "permit_ids", "decision", "passkey_policies")
+    __slots__ = ("approval_id", "request", "reasons", "policy_ids", "state", "created_at", "expires_at", "resolved_by", "note", "resource", "request_hash", "approvers", "harness", "permit_ids", "decision", "passkey_policies", "credentials")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class Approval(_message.Message):
     PERMIT_IDS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     PASSKEY_POLICIES_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     request: _authority_pb2.AuthorizeRequest
     reasons: _containers.RepeatedScalarFieldContainer[str]
@@ -71,7 +72,8 @@ class Approval(_message.Message):
     permit_ids: _containers.RepeatedScalarFieldContainer[str]
     decision: _authority_pb2.Decision
     passkey_policies: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, approval_id: _Optional[str] = ..., request: _Optional[_Union[_authority_pb2.AuthorizeRequest, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ..., note: _Optional[str] = ..., resource: _Optional[str] = ..., request_hash: _Optional[str] = ..., approvers: _Optional[_Iterable[str]] = ..., harness: _Optional[str] = ..., permit_ids: _Optional[_Iterable[str]] = ..., decision: _Optional[_Union[_authority_pb2.Decision, _Mapping]] = ..., passkey_policies: _Optional[_Iterable[str]] = ...) -> None: ...
+    credentials: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, approval_id: _Optional[str] = ..., request: _Optional[_Union[_authority_pb2.AuthorizeRequest, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ..., note: _Optional[str] = ..., resource: _Optional[str] = ..., request_hash: _Optional[str] = ..., approvers: _Optional[_Iterable[str]] = ..., harness: _Optional[str] = ..., permit_ids: _Optional[_Iterable[str]] = ..., decision: _Optional[_Union[_authority_pb2.Decision, _Mapping]] = ..., passkey_policies: _Optional[_Iterable[str]] = ..., credentials: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListPendingRequest(_message.Message):
     __slots__ = ("page_size", "page_token")
