@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use crate::out::{StdoutError, outln};
 use anyhow::Context as _;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
@@ -41,30 +42,30 @@ pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()>
     }
     if json {
         for approval in &approvals {
-            println!("{}", approval_json(approval));
+            outln!("{}", approval_json(approval))?;
         }
         return Ok(());
     }
     if approvals.is_empty() {
-        println!("nothing is waiting for approval");
+        outln!("nothing is waiting for approval")?;
         return Ok(());
     }
-    println!("{:<42} {:<28} {:<13} {:<9} RESOURCE", "APPROVAL", "USER/AGENT/SESSION", "ACTION", "EXPIRES IN");
+    outln!("{:<42} {:<28} {:<13} {:<9} RESOURCE", "APPROVAL", "USER/AGENT/SESSION", "ACTION", "EXPIRES IN")?;
     for approval in &approvals {
         let request = approval.request.clone().unwrap_or_default();
         let actor = request.actor.clone().unwrap_or_default();
-        println!(
+        outln!(
             "{:<42} {:<28} {:<13} {:<9} {}",
             approval.approval_id,
             shorten(&safe(&format!("{}/{}/{}", actor.user, actor.agent, actor.session)), 64),
             shorten(&safe(&request.action), 32),
             left(approval.expires_at.as_ref()),
             shorten(&safe(&approval.resource), 160)
-        );
+        )?;
         // A command of several parts: what each part is and how it was
         // decided, since approving covers them all.
         for part in part_lines(approval) {
-            println!("    {}", shorten(&safe(part), 160));
+            outln!("    {}", shorten(&safe(part), 160))?;
         }
     }
     Ok(())
@@ -83,12 +84,12 @@ fn part_lines(approval: &pb::Approval) -> impl Iterator<Item = &String> {
 pub async fn show(mut client: ApprovalsClient, id: &str, json: bool) -> anyhow::Result<()> {
     let approval = client.get_approval(pb::GetApprovalRequest { approval_id: id.to_owned() }).await?.into_inner();
     if json {
-        println!("{}", approval_json(&approval));
+        outln!("{}", approval_json(&approval))?;
         return Ok(());
     }
-    println!("{} {}", approval.approval_id, state_str(approval.state));
+    outln!("{} {}", approval.approval_id, state_str(approval.state))?;
     for line in describe(&approval) {
-        println!("  {line}");
+        outln!("  {line}")?;
     }
     Ok(())
 }
@@ -106,14 +107,14 @@ fn shorten(text: &str, max: usize) -> String {
 pub async fn resolve(mut client: ApprovalsClient, request: pb::ResolveRequest, json: bool) -> anyhow::Result<()> {
     let approval = client.resolve(request).await?.into_inner();
     if json {
-        println!("{}", approval_json(&approval));
+        outln!("{}", approval_json(&approval))?;
     } else {
         let decision = approval.decision.clone().unwrap_or_default();
-        println!("{} {}", state_str(approval.state), approval.approval_id);
+        outln!("{} {}", state_str(approval.state), approval.approval_id)?;
         for reason in &decision.reasons {
-            println!("  reason: {}", safe(reason));
+            outln!("  reason: {}", safe(reason))?;
         }
-        println!("  audit:  #{}", decision.audit_seq);
+        outln!("  audit:  #{}", decision.audit_seq)?;
     }
     Ok(())
 }
@@ -124,16 +125,16 @@ pub async fn watch(client: ApprovalsClient, notify: bool, page: Option<String>, 
     let mut desktop = if notify { Desktop::connect(client.clone(), page).await } else { None };
     let mut events = client.clone().watch_pending(pb::WatchPendingRequest {}).await?.into_inner();
     if !json {
-        println!("watching for approvals (Ctrl-C to stop)");
+        outln!("watching for approvals (Ctrl-C to stop)")?;
     }
     while let Some(event) = events.next().await {
         let event = event.context("the watch ended")?;
         let kind = pb::ApprovalEventKind::try_from(event.kind).unwrap_or(pb::ApprovalEventKind::Unspecified);
         let Some(approval) = event.approval else { continue };
         if json {
-            println!("{}", serde_json::json!({ "event": kind_str(kind), "approval": approval_json(&approval) }));
+            outln!("{}", serde_json::json!({ "event": kind_str(kind), "approval": approval_json(&approval) }))?;
         } else {
-            print_event(kind, &approval);
+            print_event(kind, &approval)?;
         }
         if let Some(desktop) = desktop.as_mut() {
             match kind {
@@ -147,26 +148,27 @@ pub async fn watch(client: ApprovalsClient, notify: bool, page: Option<String>, 
     Ok(())
 }
 
-fn print_event(kind: pb::ApprovalEventKind, approval: &pb::Approval) {
+fn print_event(kind: pb::ApprovalEventKind, approval: &pb::Approval) -> Result<(), StdoutError> {
     match kind {
         pb::ApprovalEventKind::Current | pb::ApprovalEventKind::New => {
-            println!("\nPENDING {}", approval.approval_id);
+            outln!("\nPENDING {}", approval.approval_id)?;
             for line in describe(approval) {
-                println!("  {line}");
+                outln!("  {line}")?;
             }
             if approval.passkey_policies.is_empty() {
-                println!("  approve: wardenctl approvals approve {}", approval.approval_id);
+                outln!("  approve: wardenctl approvals approve {}", approval.approval_id)?;
             } else {
-                println!("  approve: on the approval page, with a passkey (a token cannot)");
+                outln!("  approve: on the approval page, with a passkey (a token cannot)")?;
             }
-            println!("  deny:    wardenctl approvals deny {} --message TEXT", approval.approval_id);
+            outln!("  deny:    wardenctl approvals deny {} --message TEXT", approval.approval_id)?;
         }
         _ => {
             let by =
                 if approval.resolved_by.is_empty() { String::new() } else { format!(" by {}", approval.resolved_by) };
-            println!("{}{by} {}", state_str(approval.state), approval.approval_id);
+            outln!("{}{by} {}", state_str(approval.state), approval.approval_id)?;
         }
     }
+    Ok(())
 }
 
 /// What an approver needs to know, one line each: who, what, why, which
@@ -413,7 +415,10 @@ async fn listen(
                 match client.clone().resolve(request).await {
                     Ok(resolved) => {
                         let resolved = resolved.into_inner();
-                        println!("{} {} (from the desktop)", state_str(resolved.state), resolved.approval_id);
+                        // A closed stdout is not this listener's to act on:
+                        // resolving from the desktop goes on, and the watch
+                        // loop ends the command at its next line.
+                        let _ = outln!("{} {} (from the desktop)", state_str(resolved.state), resolved.approval_id);
                     }
                     Err(status) => {
                         eprintln!("wardenctl: resolving {} failed: {}", target.approval_id, status.message())

@@ -6,6 +6,7 @@ use crate::approvals::safe;
 use crate::cli::ApproversCommand;
 use crate::connection::Admin;
 use crate::format::timestamp_str;
+use crate::out::outln;
 
 pub(crate) async fn approvers(mut admin: Admin, command: ApproversCommand, json: bool) -> anyhow::Result<()> {
     match command {
@@ -13,32 +14,32 @@ pub(crate) async fn approvers(mut admin: Admin, command: ApproversCommand, json:
             let link = admin.enroll_approver(pb::EnrollApproverRequest { name: name.clone() }).await?.into_inner();
             let expires = timestamp_str(link.expires_at.as_ref());
             if json {
-                println!("{}", serde_json::json!({ "name": name, "url": link.url, "expires_at": expires }));
+                outln!("{}", serde_json::json!({ "name": name, "url": link.url, "expires_at": expires }))?;
             } else {
-                println!("Enrolment link for approver {} (single use, until {expires}):", safe(&name));
-                println!("  {}", link.url);
-                println!("Open it on the device that holds the passkey; it asks for user verification.");
+                outln!("Enrolment link for approver {} (single use, until {expires}):", safe(&name))?;
+                outln!("  {}", link.url)?;
+                outln!("Open it on the device that holds the passkey; it asks for user verification.")?;
             }
         }
         ApproversCommand::List => {
             let passkeys = admin.list_approvers(pb::ListApproversRequest {}).await?.into_inner().passkeys;
             if passkeys.is_empty() && !json {
-                println!("no passkeys enrolled");
+                outln!("no passkeys enrolled")?;
             }
             for p in passkeys {
                 let enrolled = timestamp_str(p.enrolled_at.as_ref());
                 let used = p.last_used_at.as_ref().map(|t| timestamp_str(Some(t)));
                 if json {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::json!({
                             "name": p.name, "groups": p.groups, "key_id": p.key_id, "confirmed": p.confirmed,
                             "enrolled_at": enrolled, "enrolled_by": p.enrolled_by, "last_used_at": used,
                         })
-                    );
+                    )?;
                 } else {
                     let groups = if p.groups.is_empty() { "no group".to_owned() } else { p.groups.join(", ") };
-                    println!(
+                    outln!(
                         "{}  groups: {}  passkey {}{}  enrolled {enrolled} by {}  last used {}",
                         safe(&p.name),
                         safe(&groups),
@@ -46,28 +47,28 @@ pub(crate) async fn approvers(mut admin: Admin, command: ApproversCommand, json:
                         if p.confirmed { "" } else { " (not confirmed: wardenctl approvers confirm NAME KEY)" },
                         safe(&p.enrolled_by),
                         used.as_deref().unwrap_or("never")
-                    );
+                    )?;
                 }
             }
         }
         ApproversCommand::Confirm { name, key_id } => {
             let p = admin.confirm_approver(pb::ConfirmApproverRequest { name, key_id }).await?.into_inner();
             if json {
-                println!("{}", serde_json::json!({ "name": p.name, "key_id": p.key_id, "confirmed": p.confirmed }));
+                outln!("{}", serde_json::json!({ "name": p.name, "key_id": p.key_id, "confirmed": p.confirmed }))?;
             } else {
-                println!(
+                outln!(
                     "confirmed passkey {} of {}: it signs in and approves from now on",
                     safe(&p.key_id),
                     safe(&p.name)
-                );
+                )?;
             }
         }
         ApproversCommand::Revoke { name } => {
             let revoked = admin.revoke_approver(pb::RevokeApproverRequest { name: name.clone() }).await?.into_inner();
             if json {
-                println!("{}", serde_json::json!({ "name": name, "revoked": revoked.revoked }));
+                outln!("{}", serde_json::json!({ "name": name, "revoked": revoked.revoked }))?;
             } else {
-                println!("revoked {} passkey(s) of {}", revoked.revoked, safe(&name));
+                outln!("revoked {} passkey(s) of {}", revoked.revoked, safe(&name))?;
             }
         }
     }

@@ -9,6 +9,7 @@ use warden_proto::v1 as pb;
 
 use crate::approvals;
 use crate::connection::*;
+use crate::out::{StdoutError, outln};
 
 pub(crate) async fn audit_verify(
     connection: &Connection,
@@ -77,19 +78,19 @@ pub(crate) async fn audit_verify(
         ok &= problems.is_empty();
     }
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "ok": ok, "records": report.records, "head_seq": report.head.seq,
                 "head_hash": report.head.hash, "problems": problems })
-        );
+        )?;
     } else if ok {
         let against = saved.map(|c| format!(", and holds checkpoint #{}", c.seq)).unwrap_or_default();
-        println!("ok: {} records, head #{} {}{against}", report.records, report.head.seq, report.head.hash);
+        outln!("ok: {} records, head #{} {}{against}", report.records, report.head.seq, report.head.hash)?;
     } else {
         for problem in &problems {
-            println!("{problem}");
+            outln!("{problem}")?;
         }
-        println!("  the chain verifies up to #{} {}", report.head.seq, report.head.hash);
+        outln!("  the chain verifies up to #{} {}", report.head.seq, report.head.hash)?;
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -107,9 +108,9 @@ pub(crate) async fn audit_tail(
     while let Some(record) = stream.next().await {
         let record = record?;
         if json {
-            println!("{}", audit_json(&record));
+            outln!("{}", audit_json(&record))?;
         } else {
-            println!("{}", audit_line(&record));
+            outln!("{}", audit_line(&record))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -157,10 +158,10 @@ pub(crate) async fn audit_export(
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // A follower's lines are written as they come.
-    let mut write = |value: serde_json::Value, now: bool| -> anyhow::Result<()> {
-        writeln!(out, "{value}").context("writing to standard output")?;
+    let mut write = |value: serde_json::Value, now: bool| -> Result<(), StdoutError> {
+        writeln!(out, "{value}")?;
         if now {
-            out.flush().context("writing to standard output")?;
+            out.flush()?;
         }
         Ok(())
     };
@@ -195,6 +196,9 @@ pub(crate) async fn audit_export(
             }
         }
     }
+    // What is still buffered: a failure here is as much a failure as one
+    // above (the BufWriter's drop would swallow it).
+    out.flush().map_err(StdoutError::from)?;
     Ok(ExitCode::SUCCESS)
 }
 

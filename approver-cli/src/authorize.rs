@@ -9,6 +9,7 @@ use warden_sdk::{ActionRequest, Actor, Decision, Outcome};
 use crate::cli::*;
 use crate::connection::*;
 use crate::format::*;
+use crate::out::{StdoutError, outln};
 
 pub(crate) async fn authorize(connection: &Connection, args: AuthorizeArgs, json: bool) -> anyhow::Result<ExitCode> {
     let kind = match args.kind {
@@ -39,7 +40,7 @@ pub(crate) async fn authorize(connection: &Connection, args: AuthorizeArgs, json
             Some(dir) => explain_offline(dir, message, &args.labels)?,
             None => connection.admin().await?.explain(message).await?.into_inner(),
         };
-        print_explanation(&explanation, json);
+        print_explanation(&explanation, json)?;
         // The same codes as a decision asked for: a script may try a
         // request offline and act on the answer.
         let outcome = explanation.decision.as_ref().map(|d| d.outcome);
@@ -54,9 +55,9 @@ pub(crate) async fn authorize(connection: &Connection, args: AuthorizeArgs, json
     let actor = Actor::new(args.user, args.agent, args.session);
     let decision = client.authorize(&actor, request).await?;
     if json {
-        println!("{}", decision_json(&decision));
+        outln!("{}", decision_json(&decision))?;
     } else {
-        print_decision(&decision);
+        print_decision(&decision)?;
     }
     Ok(ExitCode::from(match decision.outcome {
         Outcome::Allow => 0,
@@ -79,7 +80,9 @@ pub(crate) fn kind_of(action: &str) -> anyhow::Result<Kind> {
 pub(crate) fn resource(kind: Kind, args: &[String]) -> anyhow::Result<pb::authorize_request::Resource> {
     use pb::authorize_request::Resource as R;
     Ok(match (kind, args) {
-        (Kind::File, [path]) => R::File(pb::FileResource { path: path.clone(), cwd: String::new() }),
+        (Kind::File, [path]) => {
+            R::File(pb::FileResource { path: path.clone(), cwd: String::new(), ..Default::default() })
+        }
         (Kind::File, _) => bail!("a file action takes one PATH"),
         (Kind::Command, argv) => R::Command(pb::CommandResource { argv: argv.to_vec(), cwd: String::new() }),
         (Kind::Http, [method, url]) => R::Http(pb::HttpResource { method: method.clone(), url: url.clone() }),
@@ -96,22 +99,23 @@ pub(crate) fn resource(kind: Kind, args: &[String]) -> anyhow::Result<pb::author
     })
 }
 
-pub(crate) fn print_decision(decision: &Decision) {
-    println!("{}", outcome_str(decision.outcome));
+pub(crate) fn print_decision(decision: &Decision) -> Result<(), StdoutError> {
+    outln!("{}", outcome_str(decision.outcome))?;
     let policies = if decision.policy_ids.is_empty() { "(none)".to_owned() } else { decision.policy_ids.join(", ") };
-    println!("  policies: {policies}");
+    outln!("  policies: {policies}")?;
     for reason in &decision.reasons {
-        println!("  reason:   {reason}");
+        outln!("  reason:   {reason}")?;
     }
     if !decision.approval_id.is_empty() {
-        println!("  approval: {}", decision.approval_id);
+        outln!("  approval: {}", decision.approval_id)?;
     }
     if let Some(expires) = decision.expires_at {
-        println!("  expires:  {}", rfc3339(expires));
+        outln!("  expires:  {}", rfc3339(expires))?;
     }
-    println!("  audit:    #{}", decision.audit_seq);
-    println!("  request:  {}", decision.request_id);
-    println!("  policy version: {}", decision.policy_version);
+    outln!("  audit:    #{}", decision.audit_seq)?;
+    outln!("  request:  {}", decision.request_id)?;
+    outln!("  policy version: {}", decision.policy_version)?;
+    Ok(())
 }
 
 pub(crate) fn decision_json(decision: &Decision) -> serde_json::Value {
@@ -151,7 +155,7 @@ pub(crate) fn explain_offline(
     Ok(warden_monitor::grpc::explanation_to_proto(String::new(), evaluation, traces))
 }
 
-pub(crate) fn print_explanation(explanation: &pb::Explanation, json: bool) {
+pub(crate) fn print_explanation(explanation: &pb::Explanation, json: bool) -> Result<(), StdoutError> {
     let decision = explanation.decision.clone().unwrap_or_default();
     let outcome = match pb::Outcome::try_from(decision.outcome) {
         Ok(pb::Outcome::Allow) => "ALLOW",
@@ -168,23 +172,24 @@ pub(crate) fn print_explanation(explanation: &pb::Explanation, json: bool) {
                 "matches_approved": p.matches_approved, "error": p.error })
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "outcome": outcome, "policy_ids": decision.policy_ids, "reasons": decision.reasons,
                 "grant_ids": decision.grant_ids, "policies": policies })
-        );
-        return;
+        )?;
+        return Ok(());
     }
-    println!("{outcome}  (what-if: nothing was recorded)");
+    outln!("{outcome}  (what-if: nothing was recorded)")?;
     for reason in &decision.reasons {
-        println!("  reason: {reason}");
+        outln!("  reason: {reason}")?;
     }
-    println!("  {:<7} {:<6} {:<9} {:<36} FILE", "MATCHES", "IF OK", "EFFECT", "POLICY");
+    outln!("  {:<7} {:<6} {:<9} {:<36} FILE", "MATCHES", "IF OK", "EFFECT", "POLICY")?;
     for p in &explanation.policies {
         let yes = |b: bool| if b { "yes" } else { "-" };
-        println!("  {:<7} {:<6} {:<9} {:<36} {}", yes(p.matches), yes(p.matches_approved), p.effect, p.id, p.file);
+        outln!("  {:<7} {:<6} {:<9} {:<36} {}", yes(p.matches), yes(p.matches_approved), p.effect, p.id, p.file)?;
         if !p.error.is_empty() {
-            println!("          ERROR: {}", p.error);
+            outln!("          ERROR: {}", p.error)?;
         }
     }
+    Ok(())
 }

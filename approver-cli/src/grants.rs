@@ -6,6 +6,7 @@ use crate::approvals;
 use crate::cli::*;
 use crate::connection::*;
 use crate::format::*;
+use crate::out::{StdoutError, outln};
 
 pub(crate) async fn grants(mut admin: Admin, command: GrantsCommand, json: bool) -> anyhow::Result<()> {
     match command {
@@ -24,7 +25,7 @@ pub(crate) async fn grants(mut admin: Admin, command: GrantsCommand, json: bool)
                 })
                 .await?
                 .into_inner();
-            print_grants(&[grant], json);
+            print_grants(&[grant], json)?;
         }
         GrantsCommand::List { user, session } => {
             let grants = admin
@@ -36,27 +37,27 @@ pub(crate) async fn grants(mut admin: Admin, command: GrantsCommand, json: bool)
                 .into_inner()
                 .grants;
             if grants.is_empty() && !json {
-                println!("no active grants");
+                outln!("no active grants")?;
             }
-            print_grants(&grants, json);
+            print_grants(&grants, json)?;
         }
         GrantsCommand::Revoke { id } => {
             let revoked = admin.revoke_grant(pb::RevokeGrantRequest { grant_id: id }).await?.into_inner();
             if json {
-                print_grants(revoked.grant.as_slice(), true);
+                print_grants(revoked.grant.as_slice(), true)?;
             } else {
-                println!("revoked {}", revoked.grant.map(|g| g.grant_id).unwrap_or_default());
+                outln!("revoked {}", revoked.grant.map(|g| g.grant_id).unwrap_or_default())?;
             }
         }
     }
     Ok(())
 }
 
-pub(crate) fn print_grants(grants: &[pb::Grant], json: bool) {
+pub(crate) fn print_grants(grants: &[pb::Grant], json: bool) -> Result<(), StdoutError> {
     for grant in grants {
         let expires = timestamp_str(grant.expires_at.as_ref());
         if json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "grant_id": grant.grant_id, "user": grant.user, "session": grant.session, "agent": grant.agent,
@@ -64,7 +65,7 @@ pub(crate) fn print_grants(grants: &[pb::Grant], json: bool) {
                     "reason": grant.reason, "created_by": grant.created_by, "policy": grant.policy,
                     "harness": grant.harness,
                 })
-            );
+            )?;
         } else {
             let mut who = grant.user.clone();
             if !grant.session.is_empty() {
@@ -76,14 +77,15 @@ pub(crate) fn print_grants(grants: &[pb::Grant], json: bool) {
             if !grant.harness.is_empty() {
                 who.push_str(&format!(" harness {}", grant.harness));
             }
-            println!(
+            outln!(
                 "{}  {who}  {} on {}  until {expires}  by {}: {}",
                 grant.grant_id,
                 grant.actions.join(","),
                 grant.resource_scope,
                 grant.created_by,
                 approvals::safe(&grant.reason)
-            );
+            )?;
         }
     }
+    Ok(())
 }

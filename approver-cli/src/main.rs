@@ -10,6 +10,7 @@ mod cli;
 mod connection;
 mod format;
 mod grants;
+mod out;
 mod policy;
 mod sessions;
 
@@ -23,6 +24,7 @@ use crate::audit::{audit_tail, audit_verify};
 use crate::authorize::authorize;
 use crate::cli::{ApprovalsCommand, AuditCommand, Cli, Command, PolicyCommand};
 use crate::grants::grants;
+use crate::out::outln;
 use crate::policy::{policy_check, policy_fmt, policy_test, print_status};
 use crate::sessions::sessions;
 
@@ -37,6 +39,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
+        // The reader of stdout stopped early (`| head`): said by the status.
+        Err(error) if out::reader_gone(&error) => ExitCode::from(out::READER_GONE),
         Err(error) => {
             match error.downcast_ref::<tonic::Status>() {
                 Some(status) => {
@@ -99,12 +103,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             sessions(cli.connection.admin().await?, command, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Policy(PolicyCommand::Check { dir }) => Ok(policy_check(&dir, cli.json)),
+        Command::Policy(PolicyCommand::Check { dir }) => policy_check(&dir, cli.json),
         Command::Policy(PolicyCommand::Test { dir }) => policy_test(&dir, cli.json),
         Command::Policy(PolicyCommand::Fmt { dir, check }) => policy_fmt(&dir, check),
         Command::Policy(PolicyCommand::Status) => {
             let status = cli.connection.admin().await?.policy_status(pb::PolicyStatusRequest {}).await?.into_inner();
-            print_status(&status, cli.json);
+            print_status(&status, cli.json)?;
             Ok(if status.error.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Policy(PolicyCommand::Reload) => {
@@ -112,16 +116,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 cli.connection.admin().await?.reload_policies(pb::ReloadPoliciesRequest {}).await?.into_inner();
             let status = reloaded.status.unwrap_or_default();
             if !cli.json {
-                println!(
+                outln!(
                     "{}",
                     if reloaded.loaded {
                         "reloaded"
                     } else {
                         "the folder did not load; the last good policies keep serving"
                     }
-                );
+                )?;
             }
-            print_status(&status, cli.json);
+            print_status(&status, cli.json)?;
             Ok(if reloaded.loaded { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Audit(AuditCommand::Verify { data, checkpoint }) => {
@@ -143,7 +147,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 public_key: c.public_key,
                 signature: c.signature,
             };
-            println!("{}", serde_json::to_string(&checkpoint)?);
+            outln!("{}", serde_json::to_string(&checkpoint)?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit(AuditCommand::Export { since, until, follow, data }) => {
@@ -155,7 +159,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Health { service } => health(&cli.connection, service, cli.json).await,
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
-            clap_complete::generate(shell, &mut Cli::command(), "wardenctl", &mut std::io::stdout());
+            // Generated whole first: clap_complete panics on a failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "wardenctl", &mut script);
+            out::bytes(&script)?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -172,9 +179,9 @@ async fn health(connection: &connection::Connection, service: String, json: bool
     let status = client.check(request).await?.into_inner().status();
     let name = status.as_str_name();
     if json {
-        println!("{}", serde_json::json!({ "service": service, "status": name }));
+        outln!("{}", serde_json::json!({ "service": service, "status": name }))?;
     } else {
-        println!("{name}");
+        outln!("{name}")?;
     }
     Ok(if status == ServingStatus::Serving { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

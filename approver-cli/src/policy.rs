@@ -7,36 +7,35 @@ use anyhow::Context as _;
 use warden_proto::v1 as pb;
 
 use crate::format::*;
+use crate::out::{StdoutError, outln};
 
-pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) {
+pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) -> Result<(), StdoutError> {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "policy_version": status.policy_version, "loaded_at": timestamp_str(status.loaded_at.as_ref()),
                 "files": status.files, "policies": status.policies, "error": status.error,
                 "error_at": timestamp_str(status.error_at.as_ref()), "warnings": status.warnings })
-        );
-        return;
+        )?;
+        return Ok(());
     }
-    println!(
+    outln!(
         "policy version {}  ({} policies, loaded {})",
         status.policy_version,
         status.policies,
         timestamp_str(status.loaded_at.as_ref())
-    );
-    println!("  files: {}", status.files.join(", "));
+    )?;
+    outln!("  files: {}", status.files.join(", "))?;
     for warning in &status.warnings {
-        println!("  warning: {warning}");
+        outln!("  warning: {warning}")?;
     }
     if !status.error.is_empty() {
-        println!(
-            "  LAST RELOAD FAILED ({}), the version above keeps serving:",
-            timestamp_str(status.error_at.as_ref())
-        );
+        outln!("  LAST RELOAD FAILED ({}), the version above keeps serving:", timestamp_str(status.error_at.as_ref()))?;
         for line in status.error.lines() {
-            println!("    {line}");
+            outln!("    {line}")?;
         }
     }
+    Ok(())
 }
 
 pub(crate) fn policy_test(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
@@ -69,18 +68,18 @@ pub(crate) fn policy_test(dir: &std::path::Path, json: bool) -> anyhow::Result<E
             continue;
         }
         for result in results.iter().filter(|r| !r.passed()) {
-            println!("FAIL {} / {}", suite.suite, result.name);
+            outln!("FAIL {} / {}", suite.suite, result.name)?;
             for failure in &result.failures {
-                println!("     {failure}");
+                outln!("     {failure}")?;
             }
-            println!("     got: {}", result.actual);
+            outln!("     got: {}", result.actual)?;
         }
-        println!("{}: {} passed, {suite_failed} failed", suite.suite, results.len() - suite_failed);
+        outln!("{}: {} passed, {suite_failed} failed", suite.suite, results.len() - suite_failed)?;
     }
     if json {
-        println!("{}", serde_json::json!({ "passed": passed, "failed": failed, "suites": report }));
+        outln!("{}", serde_json::json!({ "passed": passed, "failed": failed, "suites": report }))?;
     } else {
-        println!("{passed} passed, {failed} failed");
+        outln!("{passed} passed, {failed} failed")?;
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -102,24 +101,24 @@ pub(crate) fn policy_fmt(dir: &std::path::Path, check: bool) -> anyhow::Result<E
         if pretty != text {
             unformatted += 1;
             if check {
-                println!("not formatted: {}", path.display());
+                outln!("not formatted: {}", path.display())?;
             } else {
                 std::fs::write(&path, pretty).with_context(|| format!("writing {}", path.display()))?;
-                println!("formatted {}", path.display());
+                outln!("formatted {}", path.display())?;
             }
         }
     }
     Ok(if check && unformatted > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
+pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
     use warden_monitor::policy::PolicySnapshot;
     match PolicySnapshot::load(dir) {
         Ok(snapshot) => {
             let summary = snapshot.summary();
             if json {
                 let warnings: Vec<String> = snapshot.warnings.iter().map(ToString::to_string).collect();
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({
                         "ok": true,
@@ -132,12 +131,12 @@ pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
                         "missing_reason": summary.missing_reason,
                         "warnings": warnings,
                     })
-                );
+                )?;
             } else {
                 for warning in &snapshot.warnings {
-                    println!("warning: {}", warning.render());
+                    outln!("warning: {}", warning.render())?;
                 }
-                println!(
+                outln!(
                     "{}: {} policies ({} permit, {} forbid) in {} files, version {}",
                     dir.display(),
                     summary.policies,
@@ -145,20 +144,20 @@ pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
                     summary.forbids,
                     snapshot.files.len(),
                     snapshot.version
-                );
+                )?;
                 for (action, count) in &summary.by_action {
-                    println!("  {action}: {count}");
+                    outln!("  {action}: {count}")?;
                 }
                 if !summary.missing_reason.is_empty() {
-                    println!("  without @reason: {}", summary.missing_reason.join(", "));
+                    outln!("  without @reason: {}", summary.missing_reason.join(", "))?;
                 }
             }
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
             if json {
                 let errors: Vec<String> = error.diagnostics.iter().map(ToString::to_string).collect();
-                println!("{}", serde_json::json!({ "ok": false, "errors": errors }));
+                outln!("{}", serde_json::json!({ "ok": false, "errors": errors }))?;
             } else {
                 for diagnostic in &error.diagnostics {
                     eprintln!("error: {}", diagnostic.render());
@@ -169,7 +168,7 @@ pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> ExitCode {
                     error.diagnostics.len()
                 );
             }
-            ExitCode::FAILURE
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -5,6 +5,7 @@ use warden_proto::v1 as pb;
 use crate::approvals;
 use crate::cli::*;
 use crate::connection::*;
+use crate::out::{StdoutError, outln};
 
 pub(crate) async fn sessions(mut admin: Admin, command: SessionsCommand, json: bool) -> anyhow::Result<()> {
     match command {
@@ -15,7 +16,7 @@ pub(crate) async fn sessions(mut admin: Admin, command: SessionsCommand, json: b
                 harness: harness.unwrap_or_default(),
             };
             let session = admin.get_session(request).await?.into_inner();
-            print_session(&session, json);
+            print_session(&session, json)?;
         }
         SessionsCommand::ClearLabels { id, user, harness, reason } => {
             let session = admin
@@ -27,7 +28,7 @@ pub(crate) async fn sessions(mut admin: Admin, command: SessionsCommand, json: b
                 })
                 .await?
                 .into_inner();
-            print_session(&session, json);
+            print_session(&session, json)?;
         }
         SessionsCommand::Lock { id, user, agent, reason } => {
             let response = admin
@@ -39,7 +40,7 @@ pub(crate) async fn sessions(mut admin: Admin, command: SessionsCommand, json: b
                 })
                 .await?
                 .into_inner();
-            print_lock(&response, json);
+            print_lock(&response, json)?;
         }
         SessionsCommand::Unlock { id, user, agent } => {
             let response = admin
@@ -50,47 +51,49 @@ pub(crate) async fn sessions(mut admin: Admin, command: SessionsCommand, json: b
                 })
                 .await?
                 .into_inner();
-            print_lock(&response, json);
+            print_lock(&response, json)?;
         }
     }
     Ok(())
 }
 
-pub(crate) fn print_session(session: &pb::Session, json: bool) {
+pub(crate) fn print_session(session: &pb::Session, json: bool) -> Result<(), StdoutError> {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "session": session.session, "user": session.user, "agent": session.agent,
                 "harness": session.harness, "labels": session.labels, "locked": session.locked, "locked_reason": session.locked_reason,
             })
-        );
-        return;
+        )?;
+        return Ok(());
     }
-    println!(
+    outln!(
         "session {}  user {}  agent {}  harness {}",
         approvals::safe(&session.session),
         approvals::safe(&session.user),
         approvals::safe(&session.agent),
         approvals::safe(&session.harness)
-    );
+    )?;
     let labels = if session.labels.is_empty() { "(none)".to_owned() } else { session.labels.join(", ") };
-    println!("  labels: {labels}");
+    outln!("  labels: {labels}")?;
     if session.locked {
-        println!("  LOCKED: {}", approvals::safe(&session.locked_reason));
+        outln!("  LOCKED: {}", approvals::safe(&session.locked_reason))?;
     }
+    Ok(())
 }
 
-pub(crate) fn print_lock(response: &pb::LockResponse, json: bool) {
+pub(crate) fn print_lock(response: &pb::LockResponse, json: bool) -> Result<(), StdoutError> {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "target": response.target, "locked": response.locked, "denied_approvals": response.denied_approvals })
-        );
-        return;
+        )?;
+        return Ok(());
     }
-    println!("{} {}", if response.locked { "locked" } else { "unlocked" }, response.target);
+    outln!("{} {}", if response.locked { "locked" } else { "unlocked" }, response.target)?;
     for id in &response.denied_approvals {
-        println!("  denied pending approval {id}");
+        outln!("  denied pending approval {id}")?;
     }
+    Ok(())
 }
