@@ -123,6 +123,10 @@ fn main() -> ExitCode {
             let flags = install::TargetFlags { endpoint, token_file, ca_cert };
             return match install_claude_code(scope, &dir, print, max_wait, flags) {
                 Ok(()) => ExitCode::SUCCESS,
+                // `--print | head`: the reader went away. 141 (128 + SIGPIPE)
+                // as a shell reports it, like wardenctl: quiet, and not a
+                // success, since the settings were cut off.
+                Err(e) if reader_gone(&e) => ExitCode::from(141),
                 Err(e) => {
                     eprintln!("warden-hook: {e:#}");
                     ExitCode::FAILURE
@@ -244,11 +248,8 @@ fn install_claude_code(
     warn_about_the_token(target.token_file.as_deref());
     if print {
         let mut out = std::io::stdout().lock();
-        return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            // The reader has what it wanted (`| head`): nothing to report.
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing the settings to stdout"),
-            _ => Ok(()),
-        };
+        out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing the settings to stdout")?;
+        return Ok(());
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
@@ -264,6 +265,13 @@ fn install_claude_code(
     };
     eprintln!("warden-hook: it asks the monitor at {} with {token}", target.endpoint);
     Ok(())
+}
+
+/// Whether `error` is a write to a pipe whose reader closed it.
+fn reader_gone(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// Says where the installed hook will find its token when the entry names

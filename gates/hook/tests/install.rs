@@ -242,3 +242,24 @@ fn a_token_s_value_is_never_written_and_a_missing_token_file_is_said() {
     assert!(stderr.contains("cannot be read now"), "{stderr}");
     assert_eq!(entries(&settings).len(), 1);
 }
+
+/// `install --print` into a pipe nobody reads any more (`| head -0`): the
+/// pipe's read end is closed before warden-hook starts, so its first write
+/// fails, whatever the size; it ends quietly with 141, as wardenctl does.
+#[test]
+fn print_into_a_closed_pipe_ends_quietly() {
+    let root = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_warden-hook"))
+        .args(["install", "claude-code", "--print", "--dir", ".", "--token-file", "t"])
+        .current_dir(root.path())
+        .env_remove("WARDEN_TOKEN")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
+}
