@@ -119,6 +119,46 @@ impl fmt::Display for ApprovalWait {
     }
 }
 
+/// Why a part of a request may not go ahead.
+pub(crate) enum Refused {
+    /// The client's answer (denied, pending, the monitor unreachable).
+    Answer(Response<Body>),
+    /// The monitor's policy schema does not take the context the proxy
+    /// sent (another policy set than the bundled one): the monitor's words.
+    Unfit(String),
+}
+
+impl Refused {
+    /// The client's answer; for context the schema does not take, 503
+    /// naming `what` was asked and the monitor's words.
+    pub(crate) fn into_answer(self, fields: &str) -> Response<Body> {
+        match self {
+            Self::Answer(response) => response,
+            Self::Unfit(message) => answer::answer(
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "ERROR",
+                &[],
+                &[format!(
+                    "Warden could not be asked: the policy schema does not declare the context the proxy sends ({fields}): {message}"
+                )],
+            ),
+        }
+    }
+}
+
+/// Whether `error` says that the schema does not take the request's
+/// `context_json`.
+fn unfit(error: &WardenError) -> Option<String> {
+    match error {
+        WardenError::Status(status)
+            if status.code() == tonic::Code::InvalidArgument && status.message().starts_with("context_json:") =>
+        {
+            Some(status.message().to_owned())
+        }
+        _ => None,
+    }
+}
+
 /// The monitor, the approvals the proxy's clients were told to wait for,
 /// and how long a request is held.
 pub(crate) struct Approvals {
@@ -173,14 +213,16 @@ impl Approvals {
 
     /// `Ok` when `request` may go ahead for `actor` (taking a remembered
     /// approval into `claims` when that is what allowed it); otherwise the
-    /// client's answer. `what` names the part asked about, for the answer.
+    /// client's answer, or [`Refused::Unfit`] when the monitor's schema
+    /// does not take the request's context. `what` names the part asked
+    /// about, for the answer.
     pub(crate) async fn ask(
         &self,
         actor: &Actor,
         request: ActionRequest,
         what: &str,
         claims: &mut Claims<'_>,
-    ) -> Result<(), Response<Body>> {
+    ) -> Result<(), Refused> {
         let asked = Asked::of(&request);
         let started = Instant::now();
         let (settled, awaited) = match self.pending.find(actor, &asked, SystemTime::now()) {
@@ -189,13 +231,16 @@ impl Approvals {
                 (self.settle(&awaited, None, started).await, awaited)
             }
             None => {
-                let decision = self.warden.authorize(actor, request).await.map_err(|e| answer::refusal(&e))?;
+                let decision = self.warden.authorize(actor, request).await.map_err(|e| match unfit(&e) {
+                    Some(message) => Refused::Unfit(message),
+                    None => Refused::Answer(answer::refusal(&e)),
+                })?;
                 match decision.outcome {
                     Outcome::Allow => return Ok(()),
-                    Outcome::Deny => return Err(answer::denied(&decision)),
+                    Outcome::Deny => return Err(Refused::Answer(answer::denied(&decision))),
                     Outcome::Pending => {}
                 }
-                let awaited = awaited_of(&decision).map_err(|e| answer::refusal(&e))?;
+                let awaited = awaited_of(&decision).map_err(|e| Refused::Answer(answer::refusal(&e)))?;
                 tracing::info!(approval_id = %awaited.approval_id, %what, "pending: waits for a person");
                 self.pending.remember(actor, asked.clone(), awaited.clone(), SystemTime::now());
                 (self.settle(&awaited, Some(decision), started).await, awaited)
@@ -213,10 +258,10 @@ impl Approvals {
                 if !e.is_transient() {
                     forget();
                 }
-                return Err(answer::refusal(&e));
+                return Err(Refused::Answer(answer::refusal(&e)));
             }
         };
-        match decision.outcome {
+        let answered: Result<(), Response<Body>> = match decision.outcome {
             Outcome::Allow => match self.pending.take(actor, &asked, &awaited.approval_id, now) {
                 Some(taken) => {
                     claims.taken.push((asked, taken));
@@ -242,7 +287,8 @@ impl Approvals {
                 Err(answer::not_approved(&decision))
             }
             Outcome::Pending => Err(answer::pending(&decision, awaited.expires_at, what, now)),
-        }
+        };
+        answered.map_err(Refused::Answer)
     }
 
     /// Awaits approval `awaited` for what is left of the wait (and no

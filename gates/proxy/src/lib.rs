@@ -13,6 +13,12 @@
 //! - [`proxy`]: the server: absolute-form HTTP and `CONNECT` (TLS
 //!   terminated, the CONNECT host pinned against SNI and `Host`), the
 //!   decisions, the upstream client, limits.
+//! - `forward` (private): one request decided (`http.request`, then
+//!   `secret.use` per placeholder), its secrets put in, sent upstream, and
+//!   a secret its answer echoes redacted.
+//! - [`request`]: what a request is checked for before it is decided,
+//!   pure: its method in one spelling, an ambiguous target, the hop's own
+//!   headers, the bytes its headers carry.
 //! - [`approvals`]: asking Warden about one part of a request, PENDING
 //!   included: held at most `--approval-wait`, then 403 PENDING naming the
 //!   approval; the same request sent again awaits that approval.
@@ -27,6 +33,8 @@ pub mod answer;
 pub mod approvals;
 pub mod ca;
 pub mod clients;
+mod forward;
 pub mod pending;
 pub mod proxy;
+pub mod request;
 pub mod secrets;

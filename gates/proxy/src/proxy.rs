@@ -6,25 +6,29 @@
 //!                                                  └─ CONNECT host:port ─▶ TLS (leaf for   │
 //!                                                     host; SNI must be host) ─▶ HTTP/1.1  │
 //!                                                     (Host must be host:port) ────────────┤
-//!   forward: ask(http.request, METHOD, URL) ─▶ each warden-secret:NAME in a header:        │
-//!            ask(secret.use, NAME, destination=host) ─▶ substitute ─▶ upstream ◀───────────┘
+//!   forward: the method in one spelling (`get` is GET), the target unambiguous            │
+//!            ─▶ ask(http.request, METHOD, URL, header_bytes)                              │
+//!            ─▶ each warden-secret:NAME in a header: ask(secret.use, NAME,                │
+//!               destination=host) ─▶ substitute ─▶ upstream ◀─────────────────────────────┘
 //!            (verified TLS, HTTP/2 when offered; bodies streamed both ways)
 //! ```
 //!
-//! `ask` is [`crate::approvals`]: Authorize, or the approval remembered for
-//! the same request. Every refusal is an answer to the client
+//! `forward` is the module of that name (one request); `ask` is
+//! [`crate::approvals`]: Authorize, or the approval remembered for the
+//! same request. Every refusal is an answer to the client
 //! ([`crate::answer`]), never a request upstream: 403 with
 //! `{"outcome","policy_ids","reasons"}` and `X-Warden-Decision` for a
-//! denial or a pending approval (then with `Warden-Approval`), 503 when the
+//! denial or a pending approval (then with `Warden-Approval`), 400 for a
+//! request that could mean more than is decided, 503 when the
 //! monitor cannot be asked, 421 for a `Host` that is not the CONNECT host.
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_rustls::HttpsConnector;
@@ -33,20 +37,20 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use warden_sdk::{ActionRequest, Actor};
+use warden_sdk::Actor;
 
 pub use crate::answer::{Body, DECISION_HEADER};
 use crate::answer::{answer, empty};
 use crate::approvals::{ApprovalWait, Approvals};
 use crate::ca::Authority;
 use crate::clients::Clients;
+use crate::forward::forward;
 use crate::pending;
-use crate::secrets::{self, Secrets};
+use crate::secrets::Secrets;
 
-type Upstream = HttpClient<HttpsConnector<HttpConnector>, Incoming>;
+pub(crate) type Upstream = HttpClient<HttpsConnector<HttpConnector>, Incoming>;
 
 /// How the proxy runs.
 pub struct Settings {
@@ -88,27 +92,33 @@ impl Settings {
     }
 }
 
-struct Shared {
-    approvals: Approvals,
+/// What every connection's requests share.
+pub(crate) struct Shared {
+    pub(crate) approvals: Approvals,
     clients: Clients,
-    secrets: Secrets,
+    pub(crate) secrets: Secrets,
     ca: Authority,
-    upstream: Upstream,
-    upstream_timeout: Duration,
+    pub(crate) upstream: Upstream,
+    pub(crate) upstream_timeout: Duration,
     header_timeout: Duration,
     max_head_bytes: usize,
+    /// Whether the log has said that the policy schema does not declare
+    /// http.request's context.
+    pub(crate) told_unfit: AtomicBool,
 }
 
 /// Where a request goes.
 #[derive(Debug, Clone)]
-struct Target {
-    https: bool,
-    host: String,
-    port: u16,
+pub(crate) struct Target {
+    pub(crate) https: bool,
+    /// Lower-case, without brackets.
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 impl Target {
-    fn url(&self, path_and_query: &str) -> String {
+    /// The URL of `path_and_query` at this target.
+    pub(crate) fn url(&self, path_and_query: &str) -> String {
         let default = if self.https { 443 } else { 80 };
         let scheme = if self.https { "https" } else { "http" };
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
@@ -173,6 +183,7 @@ pub async fn serve(listener: Listener, warden: warden_sdk::Client, ca: Authority
         upstream_timeout: settings.upstream_timeout,
         header_timeout: settings.header_timeout,
         max_head_bytes: settings.max_head_bytes,
+        told_unfit: AtomicBool::new(false),
     });
     let connections = Arc::new(Semaphore::new(settings.max_connections.max(1)));
     loop {
@@ -416,220 +427,4 @@ fn host_mismatch(request: &Request<Incoming>, target: &Target) -> Option<String>
     (host != target.host || port != target.port).then(|| {
         format!("Host `{named}` is not the CONNECT target {}:{}: refused, nothing was sent", target.host, target.port)
     })
-}
-
-/// Headers that belong to one hop, never forwarded.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    headers.remove(header::TRANSFER_ENCODING);
-}
-
-/// Decides the request and, if allowed, sends it upstream with its
-/// secrets put in.
-/// Why a request target would mean one thing to the monitor and another to
-/// the upstream, if it would: the monitor decides on the URL in normal
-/// form (dot segments removed), and servers differ in what they decode or
-/// collapse (`%2f`, `//`, `..;`). Such a target is refused, not guessed at.
-fn ambiguous_target(url: &str) -> Option<String> {
-    let parsed = match url::Url::parse(url) {
-        Ok(parsed) => parsed,
-        Err(e) => return Some(format!("`{url}` is not a URL: {e}")),
-    };
-    let raw_path = url.split_once("://").and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..])).unwrap_or("/");
-    let raw_path = raw_path.split(['?', '#']).next().unwrap_or("/");
-    let lower = raw_path.to_ascii_lowercase();
-    if parsed.path() != raw_path {
-        return Some(format!("the path `{raw_path}` is not in normal form (`{}`)", parsed.path()));
-    }
-    if ["%2f", "%5c", "%2e", "%00"].iter().any(|encoded| lower.contains(encoded)) {
-        return Some(format!("the path `{raw_path}` encodes a `/`, `\\`, `.` or NUL"));
-    }
-    if raw_path.contains("//")
-        || raw_path.split('/').any(|segment| segment.starts_with(".;") || segment.starts_with("..;"))
-    {
-        return Some(format!("the path `{raw_path}` has an empty or dot segment"));
-    }
-    None
-}
-
-/// A secret's value as the upstream's answer might carry it back, for
-/// redaction.
-const REDACTED: &str = "[redacted by warden-proxy]";
-
-/// Decides the request and, if allowed, sends it upstream with its
-/// secrets put in.
-async fn forward(shared: &Shared, actor: &Actor, request: Request<Incoming>, target: &Target) -> Response<Body> {
-    let path = request.uri().path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
-    let url = target.url(path);
-    let method = request.method().as_str().to_owned();
-    if let Some(why) = ambiguous_target(&url) {
-        return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &[format!("{why}: refused, nothing was sent")]);
-    }
-    // A read carries no data out: the decision on a GET is about a read.
-    if matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE)
-        && !hyper::body::Body::is_end_stream(request.body())
-    {
-        return answer(
-            StatusCode::BAD_REQUEST,
-            "ERROR",
-            &[],
-            &[format!(
-                "a {method} with a body is refused: {method} is decided as a read, and a body would carry data out"
-            )],
-        );
-    }
-    // Approvals this request uses: put back unless it is sent.
-    let mut claims = shared.approvals.claims(actor);
-    let what = format!("{method} {url}");
-    if let Err(refused) = shared.approvals.ask(actor, ActionRequest::http(&method, &url), &what, &mut claims).await {
-        tracing::info!(%method, %url, "refused");
-        return refused;
-    }
-
-    // The secrets its headers name, each allowed for this destination and
-    // this header.
-    let (mut parts, body) = request.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let mut asked: Vec<(String, String)> = Vec::new();
-    for (name, value) in &parts.headers {
-        let Ok(text) = value.to_str() else {
-            if value.as_bytes().windows(secrets::PREFIX.len()).any(|w| w == secrets::PREFIX.as_bytes()) {
-                return answer(
-                    StatusCode::BAD_REQUEST,
-                    "ERROR",
-                    &[],
-                    &["a secret placeholder in a header that is not text".into()],
-                );
-            }
-            continue;
-        };
-        for secret in secrets::names(text) {
-            let pair = (secret.to_owned(), name.as_str().to_owned());
-            if !asked.contains(&pair) {
-                asked.push(pair);
-            }
-        }
-    }
-    let scheme = if target.https { "https" } else { "http" };
-    for (secret, header) in &asked {
-        let context =
-            json!({ "destination": target.host, "header": header, "scheme": scheme, "port": target.port }).to_string();
-        let request = ActionRequest::use_secret(secret).context_json(context);
-        let what = format!("the use of secret `{secret}` in `{header}`");
-        if let Err(refused) = shared.approvals.ask(actor, request, &what, &mut claims).await {
-            tracing::info!(%secret, host = %target.host, %header, "secret refused");
-            return refused;
-        }
-        if shared.secrets.get(secret).is_none() {
-            return answer(
-                StatusCode::FORBIDDEN,
-                "ERROR",
-                &[],
-                &[format!("the proxy holds no secret named `{secret}`: nothing was sent")],
-            );
-        }
-    }
-    let mut sent_values: Vec<&str> = Vec::new();
-    if !asked.is_empty() {
-        for value in parts.headers.values_mut() {
-            let Ok(text) = value.to_str() else { continue };
-            if !text.contains(secrets::PREFIX) {
-                continue;
-            }
-            for secret in secrets::names(text) {
-                sent_values.extend(shared.secrets.get(secret));
-            }
-            let replaced = secrets::substitute(text, |name| shared.secrets.get(name));
-            match replaced.and_then(|text| HeaderValue::from_str(&text).ok()) {
-                Some(mut filled) => {
-                    filled.set_sensitive(true);
-                    *value = filled;
-                }
-                None => {
-                    return answer(
-                        StatusCode::FORBIDDEN,
-                        "ERROR",
-                        &[],
-                        &["a secret could not be put into its header".into()],
-                    );
-                }
-            }
-        }
-    }
-
-    // Upstream, with the URL the monitor decided on.
-    parts.headers.remove(header::HOST);
-    parts.uri = match url.parse() {
-        Ok(uri) => uri,
-        Err(e) => return answer(StatusCode::BAD_REQUEST, "ERROR", &[], &[format!("the URL `{url}`: {e}")]),
-    };
-    parts.version = http::Version::HTTP_11;
-    claims.spend();
-    let sent = tokio::time::timeout(shared.upstream_timeout, shared.upstream.request(Request::from_parts(parts, body)));
-    match sent.await {
-        Ok(Ok(response)) => {
-            let (mut parts, body) = response.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            // An upstream that echoes a header back must not hand the agent
-            // the value it was never to hold.
-            for value in parts.headers.values_mut() {
-                if sent_values
-                    .iter()
-                    .any(|secret| value.as_bytes().windows(secret.len()).any(|w| w == secret.as_bytes()))
-                {
-                    *value = HeaderValue::from_static(REDACTED);
-                }
-            }
-            Response::from_parts(parts, body.boxed())
-        }
-        Ok(Err(e)) => {
-            tracing::info!(%url, error = %e, "upstream failed");
-            answer(
-                StatusCode::BAD_GATEWAY,
-                "ERROR",
-                &[],
-                &[format!("upstream {}: {}", target.host, upstream_error(&e))],
-            )
-        }
-        Err(_) => answer(
-            StatusCode::GATEWAY_TIMEOUT,
-            "ERROR",
-            &[],
-            &[format!("upstream {} did not answer within {:?}", target.host, shared.upstream_timeout)],
-        ),
-    }
-}
-
-fn upstream_error(error: &hyper_util::client::legacy::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -9,6 +9,7 @@
 
 mod approvals;
 mod clients;
+mod methods;
 mod support;
 mod upstream;
 

@@ -35,6 +35,10 @@ when { resource.host == "127.0.0.1" && resource.path like "/private*" };
 forbid (principal, action == Action::"http.request", resource)
 when { resource.method == "POST" && !(resource.path like "*/git-upload-pack") } unless { context.approved };
 
+@id("http.get-header-bytes") @reason("a GET carries at most 16 KiB out in its headers")
+forbid (principal, action == Action::"http.request", resource)
+when { resource.method == "GET" && context has header_bytes && context.header_bytes > 16384 };
+
 @id("secrets.api-key") @reason("api-key may be used")
 permit (principal, action == Action::"secret.use", resource == Secret::"api-key");
 
@@ -56,18 +60,54 @@ pub struct Monitor {
     pub data: tempfile::TempDir,
 }
 
+/// The proxy (a harness), an approver and an admin.
+fn credentials() -> Vec<CredentialConfig> {
+    vec![
+        CredentialConfig::for_token("egress-proxy", Role::Harness, HARNESS, &["*"]),
+        CredentialConfig {
+            groups: vec!["*".into()],
+            ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
+        },
+        CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
+    ]
+}
+
+/// The bundled policy folder.
+pub fn bundled() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies")
+}
+
 impl Monitor {
     pub async fn start() -> Self {
-        let credentials = vec![
-            CredentialConfig::for_token("egress-proxy", Role::Harness, HARNESS, &["*"]),
-            CredentialConfig {
-                groups: vec!["*".into()],
-                ..CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[])
-            },
-            CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
-        ];
-        let own = warden_tests::monitor::start_with_policies(POLICIES, credentials).await.unwrap();
+        let own = warden_tests::monitor::start_with_policies(POLICIES, credentials()).await.unwrap();
         Self { server: Some(own.server), endpoint: own.endpoint, _policies: own.policies, data: own.data }
+    }
+
+    /// A monitor deciding by the policy folder `fill` writes (into an empty
+    /// folder).
+    pub async fn start_in(fill: impl FnOnce(&Path)) -> Self {
+        use warden_monitor::server::{ServerConfig, start};
+        let policies = tempfile::tempdir().unwrap();
+        fill(policies.path());
+        let data = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            policies: policies.path().to_owned(),
+            data: data.path().to_owned(),
+            credentials: credentials(),
+            durability: Default::default(),
+            checkpoint_every: std::time::Duration::from_secs(300),
+            tls: None,
+            socket: None,
+            audit: Default::default(),
+            monitor: warden_monitor::service::MonitorConfig {
+                policy_dir: policies.path().to_owned(),
+                ..Default::default()
+            },
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start(config, listener).await.unwrap();
+        let endpoint = format!("http://{}", server.addr());
+        Self { server: Some(server), endpoint, _policies: policies, data }
     }
 
     pub async fn stop(&mut self) {
@@ -316,4 +356,28 @@ pub async fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> Got {
         body: body.to_owned(),
         headers: std::fs::read_to_string(&headers).unwrap_or_default() + &String::from_utf8_lossy(&output.stderr),
     }
+}
+
+/// Sends `request` as it is to the proxy on a fresh connection and reads
+/// the answer to its end (send `Connection: close`): for what curl cannot
+/// express.
+pub async fn raw(proxy: &Proxy, request: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(60), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The normalized request (JSON) of each audit record of `action`, oldest
+/// first.
+pub async fn asked(monitor: &Monitor, action: &str) -> Vec<serde_json::Value> {
+    monitor
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.action == action)
+        .map(|r| serde_json::from_str(&r.request).unwrap_or_else(|e| panic!("{e}: {}", r.request)))
+        .collect()
 }

@@ -1,5 +1,6 @@
 //! An HTTPS server on loopback with a test CA of its own (HTTP/1.1 and
-//! HTTP/2), recording every connection and request that reaches it.
+//! HTTP/2), or a plain HTTP/1.1 one, recording every connection and request
+//! that reaches it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -153,6 +154,31 @@ async fn answer(
 impl Upstream {
     pub async fn start() -> Self {
         Self::serving(None).await
+    }
+
+    /// Plain HTTP/1.1 on loopback, no TLS (`http://localhost:PORT`).
+    pub async fn plain() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let (connections, seen) = (Arc::clone(&connections), Arc::clone(&seen));
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else { return };
+                    connections.fetch_add(1, Ordering::SeqCst);
+                    let seen = Arc::clone(&seen);
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |r| answer(r, Arc::clone(&seen), None));
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        });
+        Self { addr, ca_pem: String::new(), connections, seen, task }
     }
 
     /// Also serves the repositories under `root` at `/git/…` (git's smart
