@@ -254,8 +254,12 @@ impl Spec {
 
     fn input(&self) -> RequestInput {
         let (action, resource) = match &self.resource {
-            Resource::Read(path) => ("fs.read", ResourceInput::File { path: path.clone(), cwd: String::new() }),
-            Resource::Write(path) => ("fs.write", ResourceInput::File { path: path.clone(), cwd: String::new() }),
+            Resource::Read(path) => {
+                ("fs.read", ResourceInput::File { path: path.clone(), cwd: String::new(), pattern: false })
+            }
+            Resource::Write(path) => {
+                ("fs.write", ResourceInput::File { path: path.clone(), cwd: String::new(), pattern: false })
+            }
             Resource::Exec(argv) => ("exec", ResourceInput::Command { argv: argv.clone(), cwd: String::new() }),
             Resource::Http(method, url) => {
                 ("http.request", ResourceInput::Http { method: (*method).to_owned(), url: url.clone() })

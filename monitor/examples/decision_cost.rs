@@ -42,7 +42,7 @@ fn input(path: &str, argv: Option<&[&str]>) -> RequestInput {
             Some(argv) => {
                 ResourceInput::Command { argv: argv.iter().map(|a| (*a).to_owned()).collect(), cwd: String::new() }
             }
-            None => ResourceInput::File { path: path.into(), cwd: String::new() },
+            None => ResourceInput::File { path: path.into(), cwd: String::new(), pattern: false },
         },
         justification: String::new(),
         context_json: String::new(),

@@ -88,7 +88,7 @@ fn main() {
                 request_id: String::new(),
                 actor: Actor { user: format!("user{user}"), agent: "claude-code".into(), session: format!("s{user}") },
                 action: "fs.write".into(),
-                resource: ResourceInput::File { path, cwd: String::new() },
+                resource: ResourceInput::File { path, cwd: String::new(), pattern: false },
                 justification: String::new(),
                 context_json: String::new(),
             };

@@ -52,7 +52,7 @@ fn input(message: &pb::AuthorizeRequest) -> Result<RequestInput, Status> {
     use pb::authorize_request::Resource;
     let actor = message.actor.clone().unwrap_or_default();
     let resource = match message.resource.clone() {
-        Some(Resource::File(f)) => ResourceInput::File { path: f.path, cwd: f.cwd },
+        Some(Resource::File(f)) => ResourceInput::File { path: f.path, cwd: f.cwd, pattern: f.pattern },
         Some(Resource::Command(c)) => ResourceInput::Command { argv: c.argv, cwd: c.cwd },
         Some(Resource::Http(h)) => ResourceInput::Http { method: h.method, url: h.url },
         _ => return Err(Status::invalid_argument("resource: the floor server knows files, commands and HTTP")),

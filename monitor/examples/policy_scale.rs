@@ -44,7 +44,11 @@ fn measure(snapshot: &PolicySnapshot, config: &DecisionConfig, iterations: usize
             request_id: String::new(),
             actor: Actor { user: format!("user{user}"), agent: "claude-code".into(), session: format!("s{i}") },
             action: if i % 2 == 0 { "fs.read".into() } else { "fs.write".into() },
-            resource: ResourceInput::File { path: format!("/data/{}/file.txt", i % 50), cwd: String::new() },
+            resource: ResourceInput::File {
+                path: format!("/data/{}/file.txt", i % 50),
+                cwd: String::new(),
+                pattern: false,
+            },
             justification: String::new(),
             context_json: String::new(),
         };

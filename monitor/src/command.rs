@@ -70,7 +70,7 @@ impl Part {
     pub(crate) fn shown(&self) -> String {
         let what = match &self.resource {
             ResourceInput::Command { argv, .. } => quote_argv(argv),
-            ResourceInput::File { path, cwd } if !path.starts_with('/') && !cwd.is_empty() => {
+            ResourceInput::File { path, cwd, .. } if !path.starts_with('/') && !cwd.is_empty() => {
                 format!("{cwd}/{path}")
             }
             ResourceInput::File { path, .. } => path.clone(),
@@ -299,7 +299,7 @@ impl Expander<'_> {
         for path in paths {
             self.push(Part {
                 action: effect.action().into(),
-                resource: ResourceInput::File { path, cwd: String::new() },
+                resource: ResourceInput::File { path, cwd: String::new(), pattern: word.glob },
                 opaque: false,
                 pattern: word.glob,
             });

@@ -1153,7 +1153,7 @@ mod tests {
             request_id: String::new(),
             actor: Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() },
             action: "fs.read".into(),
-            resource: ResourceInput::File { path: "/tmp/x".into(), cwd: String::new() },
+            resource: ResourceInput::File { path: "/tmp/x".into(), cwd: String::new(), pattern: false },
             justification: why.into(),
             context_json: String::new(),
         })

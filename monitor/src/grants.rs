@@ -122,12 +122,12 @@ pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
         |input: ResourceInput| normalize_resource(&input).map_err(|e| InvalidInput::new(FIELD, e.message));
     let scope = |within: bool, entity_type: &'static str, id: String| Scope { within, entity_type, id };
     Ok(match kind {
-        "file" => match from_resource(ResourceInput::File { path: id.into(), cwd: String::new() })? {
+        "file" => match from_resource(ResourceInput::File { path: id.into(), cwd: String::new(), pattern: false })? {
             resource @ Resource::File { .. } => scope(false, "File", resource.entity_id()),
             _ => return Err(InvalidInput::new(FIELD, "not a file")),
         },
         "dir" => {
-            from_resource(ResourceInput::File { path: id.into(), cwd: String::new() })?;
+            from_resource(ResourceInput::File { path: id.into(), cwd: String::new(), pattern: false })?;
             scope(true, "Dir", clean_path(id))
         }
         "url" => match from_resource(ResourceInput::Http { method: "GET".into(), url: id.into() })? {

@@ -823,7 +823,7 @@ pub(crate) fn approval_to_proto(approval: ApprovalRecord) -> pb::Approval {
 fn input_to_proto(input: RequestInput) -> pb::AuthorizeRequest {
     use pb::authorize_request::Resource as R;
     let resource = match input.resource {
-        ResourceInput::File { path, cwd } => R::File(pb::FileResource { path, cwd }),
+        ResourceInput::File { path, cwd, pattern } => R::File(pb::FileResource { path, cwd, pattern }),
         ResourceInput::Command { argv, cwd } => R::Command(pb::CommandResource { argv, cwd }),
         ResourceInput::Http { method, url } => R::Http(pb::HttpResource { method, url }),
         ResourceInput::Secret { name } => R::Secret(pb::SecretResource { name }),
@@ -846,7 +846,7 @@ const RESOURCE_REQUIRED: &str = "is required: one of file, command, http, secret
 fn resource_input(kind: pb::resource::Kind) -> ResourceInput {
     use pb::resource::Kind as K;
     match kind {
-        K::File(f) => ResourceInput::File { path: f.path, cwd: f.cwd },
+        K::File(f) => ResourceInput::File { path: f.path, cwd: f.cwd, pattern: f.pattern },
         K::Command(c) => ResourceInput::Command { argv: c.argv, cwd: c.cwd },
         K::Http(h) => ResourceInput::Http { method: h.method, url: h.url },
         K::Secret(s) => ResourceInput::Secret { name: s.name },

@@ -70,6 +70,9 @@ pub enum ResourceInput {
         path: String,
         /// The folder a relative path is in (empty: none).
         cwd: String,
+        /// The path is a pattern of names (`/w/**/*.rs`): `File.pattern`.
+        #[serde(default)]
+        pattern: bool,
     },
     /// A command line.
     Command {
@@ -346,7 +349,7 @@ pub fn normalize(input: &RequestInput) -> Result<NormalizedRequest, InvalidInput
 /// Normalizes one resource.
 pub fn normalize_resource(input: &ResourceInput) -> Result<Resource, InvalidInput> {
     match input {
-        ResourceInput::File { path, cwd } => normalize_file(path, cwd),
+        ResourceInput::File { path, cwd, pattern } => normalize_file(path, cwd, *pattern),
         ResourceInput::Command { argv, cwd } => normalize_command(argv, cwd),
         ResourceInput::Http { method, url } => normalize_http(method, url),
         ResourceInput::Secret { name } => Ok(Resource::Secret { name: id_field("resource.secret.name", name)? }),
@@ -354,11 +357,11 @@ pub fn normalize_resource(input: &ResourceInput) -> Result<Resource, InvalidInpu
     }
 }
 
-fn normalize_file(path: &str, cwd: &str) -> Result<Resource, InvalidInput> {
+fn normalize_file(path: &str, cwd: &str, pattern: bool) -> Result<Resource, InvalidInput> {
     let path = absolute_path("resource.file.path", path, "resource.file.cwd", cwd)?;
     let (name, dirs) = split_path(&path);
     let extension = file_extension(&name).to_owned();
-    Ok(Resource::File { path, name, extension, dirs, pattern: false })
+    Ok(Resource::File { path, name, extension, dirs, pattern })
 }
 
 fn normalize_command(argv: &[String], cwd: &str) -> Result<Resource, InvalidInput> {
@@ -754,7 +757,7 @@ mod tests {
     use super::*;
 
     fn file(path: &str, cwd: &str) -> Result<Resource, InvalidInput> {
-        normalize_resource(&ResourceInput::File { path: path.into(), cwd: cwd.into() })
+        normalize_resource(&ResourceInput::File { path: path.into(), cwd: cwd.into(), pattern: false })
     }
 
     fn http(method: &str, url: &str) -> Result<Resource, InvalidInput> {
@@ -874,7 +877,7 @@ mod tests {
             request_id: String::new(),
             actor: Actor { user: "alice".into(), agent: " ".into(), session: "s1".into() },
             action: "fs.read".into(),
-            resource: ResourceInput::File { path: "/x".into(), cwd: String::new() },
+            resource: ResourceInput::File { path: "/x".into(), cwd: String::new(), pattern: false },
             justification: String::new(),
             context_json: String::new(),
         };

@@ -42,13 +42,16 @@ pub struct Suite {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub(crate) enum CaseResource {
-    /// `{"file": {"path": …, "cwd": …}}`
+    /// `{"file": {"path": …, "cwd": …, "pattern": true}}`
     File {
         /// The path.
         path: String,
         /// For a relative path.
         #[serde(default)]
         cwd: String,
+        /// The path is a pattern of names (a search tool's).
+        #[serde(default)]
+        pattern: bool,
     },
     /// `{"command": {"argv": […], "cwd": …}}`
     Command {
@@ -247,7 +250,9 @@ pub(crate) fn check_case(
         actor: case.actor.clone(),
         action: case.action.clone(),
         resource: match &case.resource {
-            CaseResource::File { path, cwd } => ResourceInput::File { path: path.clone(), cwd: cwd.clone() },
+            CaseResource::File { path, cwd, pattern } => {
+                ResourceInput::File { path: path.clone(), cwd: cwd.clone(), pattern: *pattern }
+            }
             CaseResource::Command { argv, cwd } => ResourceInput::Command { argv: argv.clone(), cwd: cwd.clone() },
             CaseResource::Http { method, url } => ResourceInput::Http { method: method.clone(), url: url.clone() },
             CaseResource::Secret { name } => ResourceInput::Secret { name: name.clone() },

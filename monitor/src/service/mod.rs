@@ -571,7 +571,8 @@ pub fn request_hash(input: &RequestInput) -> String {
         text(value);
     }
     let (kind, fields): (&str, Vec<&str>) = match &input.resource {
-        ResourceInput::File { path, cwd } => ("file", vec![path, cwd]),
+        // A pattern is another request than the file of the same name.
+        ResourceInput::File { path, cwd, pattern } => (if *pattern { "file-pattern" } else { "file" }, vec![path, cwd]),
         ResourceInput::Command { argv, cwd } => ("command", argv.iter().chain([cwd]).map(String::as_str).collect()),
         ResourceInput::Http { method, url } => ("http", vec![method, url]),
         ResourceInput::Secret { name } => ("secret", vec![name]),

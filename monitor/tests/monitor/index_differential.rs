@@ -95,6 +95,7 @@ fn request(rng: &mut Lcg) -> (RequestInput, BTreeSet<String>) {
                     ["txt", "md"][rng.next(2)]
                 ),
                 cwd: String::new(),
+                pattern: false,
             },
         ),
         2 => (
@@ -105,7 +106,7 @@ fn request(rng: &mut Lcg) -> (RequestInput, BTreeSet<String>) {
             "http.request",
             ResourceInput::Http { method: "GET".into(), url: format!("https://api.h{}.example/x", rng.next(HOSTS)) },
         ),
-        _ => ("fs.read", ResourceInput::File { path: "/elsewhere/f.txt".into(), cwd: String::new() }),
+        _ => ("fs.read", ResourceInput::File { path: "/elsewhere/f.txt".into(), cwd: String::new(), pattern: false }),
     };
     let labels = (0..3).filter(|_| rng.next(2) == 0).map(|l| format!("l{l}")).collect();
     let input = RequestInput {

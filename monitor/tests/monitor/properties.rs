@@ -211,7 +211,7 @@ fn resource_oneof() -> impl Strategy<Value = Option<pb::authorize_request::Resou
     prop_oneof![
         1 => Just(None),
         2 => (any_path(), any_cwd())
-            .prop_map(|(path, cwd)| Some(R::File(pb::FileResource { path, cwd }))),
+            .prop_map(|(path, cwd)| Some(R::File(pb::FileResource { path, cwd, pattern: false }))),
         2 => (any_argv(), any_cwd())
             .prop_map(|(argv, cwd)| Some(R::Command(pb::CommandResource { argv, cwd }))),
         2 => (http_method(), any_url())
@@ -269,7 +269,7 @@ fn scope_text() -> impl Strategy<Value = String> {
 // ---------------------------------------------------------------------------
 
 fn file(path: &str, cwd: &str) -> Result<Resource, InvalidInput> {
-    normalize_resource(&ResourceInput::File { path: path.to_owned(), cwd: cwd.to_owned() })
+    normalize_resource(&ResourceInput::File { path: path.to_owned(), cwd: cwd.to_owned(), pattern: false })
 }
 
 fn http(method: &str, url: &str) -> Result<Resource, InvalidInput> {

@@ -197,7 +197,25 @@ impl ActionRequest {
     fn file(action: &str, path: impl Into<String>) -> Self {
         Self::new(
             action,
-            pb::authorize_request::Resource::File(pb::FileResource { path: path.into(), cwd: String::new() }),
+            pb::authorize_request::Resource::File(pb::FileResource {
+                path: path.into(),
+                cwd: String::new(),
+                pattern: false,
+            }),
+        )
+    }
+
+    /// `fs.read` of every file a pattern of names can match (`/w/**/*.rs`,
+    /// `/w/**/*`): what a recursive search reads, decided as
+    /// `File.pattern`, so that rules about hidden and credential files apply.
+    pub fn read_pattern(pattern: impl Into<String>) -> Self {
+        Self::new(
+            "fs.read",
+            pb::authorize_request::Resource::File(pb::FileResource {
+                path: pattern.into(),
+                cwd: String::new(),
+                pattern: true,
+            }),
         )
     }
 

@@ -141,7 +141,11 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
             request_id: "keyed-1".into(),
             actor: InputActor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() },
             action: "fs.read".into(),
-            resource: ResourceInput::File { path: "/home/alice/project/keyed.rs".into(), cwd: String::new() },
+            resource: ResourceInput::File {
+                path: "/home/alice/project/keyed.rs".into(),
+                cwd: String::new(),
+                pattern: false,
+            },
             justification: String::new(),
             context_json: String::new(),
         };

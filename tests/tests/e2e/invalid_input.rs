@@ -33,7 +33,10 @@ async fn each_bad_input_names_its_field() {
         ("resource.file.path", request("fs.read", file(&format!("/{long}")))),
         (
             "resource.file.cwd",
-            request("fs.read", R::File(pb::FileResource { path: "x".into(), cwd: "also/relative".into() })),
+            request(
+                "fs.read",
+                R::File(pb::FileResource { path: "x".into(), cwd: "also/relative".into(), pattern: false }),
+            ),
         ),
         ("resource.command.argv", request("exec", command(&[]))),
         ("resource.command.argv", request("exec", command(&["/usr/bin/"]))),

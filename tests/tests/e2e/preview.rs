@@ -14,7 +14,7 @@ use crate::support::{ADMIN, ALICE_ONLY, APPROVER, HARNESS, TestMonitor};
 type Kind = pb::resource::Kind;
 
 fn file(path: &str) -> Kind {
-    Kind::File(pb::FileResource { path: path.into(), cwd: String::new() })
+    Kind::File(pb::FileResource { path: path.into(), cwd: String::new(), pattern: false })
 }
 
 fn command(argv: &[&str]) -> Kind {

@@ -317,7 +317,7 @@ pub fn request(action: &str, resource: pb::authorize_request::Resource) -> pb::A
 }
 
 pub fn file(path: &str) -> pb::authorize_request::Resource {
-    pb::authorize_request::Resource::File(pb::FileResource { path: path.into(), cwd: String::new() })
+    pb::authorize_request::Resource::File(pb::FileResource { path: path.into(), cwd: String::new(), pattern: false })
 }
 
 pub fn command(argv: &[&str]) -> pb::authorize_request::Resource {

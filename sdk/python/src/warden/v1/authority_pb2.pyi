@@ -32,12 +32,14 @@ class Actor(_message.Message):
     def __init__(self, user: _Optional[str] = ..., agent: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class FileResource(_message.Message):
-    __slots__ = ("path", "cwd")
+    __slots__ = ("path", "cwd", "pattern")
     PATH_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
     path: str
     cwd: str
-    def __init__(self, path: _Optional[str] = ..., cwd: _Optional[str] = ...) -> None: ...
+    pattern: bool
+    def __init__(self, path: _Optional[str] = ..., cwd: _Optional[str] = ..., pattern: _Optional[bool] = ...) -> None: ...
 
 class CommandResource(_message.Message):
     __slots__ = ("argv", "cwd")
