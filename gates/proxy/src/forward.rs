@@ -1,17 +1,21 @@
 //! One request through the proxy, absolute-form or inside a tunnel: its
-//! method in one spelling and its target checked, `http.request` decided,
-//! then `secret.use` for each placeholder in its headers, the secrets put
-//! in, the request sent upstream, and a secret the answer echoes redacted.
+//! method in one spelling and its target checked, its host resolved once,
+//! `http.request` decided with the addresses and their kinds, then
+//! `secret.use` for each placeholder in its headers, the secrets put in,
+//! the request sent upstream to the decided addresses only, and a secret
+//! the answer echoes redacted.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 use http::header::{self, HeaderValue};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use serde_json::json;
 use warden_sdk::{ActionRequest, Actor};
 
+use crate::addresses::Resolved;
 use crate::answer::{Body, answer};
 use crate::approvals::{Claims, Refused};
 use crate::proxy::{Shared, Target};
@@ -24,7 +28,7 @@ const REDACTED: &str = "[redacted by warden-proxy]";
 
 /// The context fields `http.request` is asked with (for the message when
 /// the policy schema does not declare them).
-const HTTP_CONTEXT: &str = "http.request: header_bytes";
+const HTTP_CONTEXT: &str = "http.request: header_bytes, addresses, address_kinds";
 
 /// The context fields `secret.use` is asked with.
 const SECRET_CONTEXT: &str = "secret.use: destination, header, scheme, port";
@@ -48,11 +52,15 @@ pub(crate) async fn forward(
         Err(e) => return bad_request(format!("{e}: refused, nothing was sent")),
     };
     let method = parts.method.as_str().to_owned();
-    let path = parts.uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
-    let url = target.url(path);
-    if let Err(why) = request::unambiguous_target(&url) {
-        return bad_request(format!("{why}: refused, nothing was sent"));
-    }
+    let path = parts.uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str).to_owned();
+    let url = target.url(&path);
+    let parsed = match request::unambiguous_target(&url) {
+        Ok(parsed) => parsed,
+        Err(why) => return bad_request(format!("{why}: refused, nothing was sent")),
+    };
+    let Some(host) = parsed.host() else {
+        return bad_request(format!("`{url}` has no host: refused, nothing was sent"));
+    };
     // A read carries no data out: the decision on a GET is about a read.
     if request::is_read(&parts.method) && !hyper::body::Body::is_end_stream(&body) {
         return bad_request(format!(
@@ -63,10 +71,23 @@ pub(crate) async fn forward(
     // Upstream, `Host` is written from the decided URL.
     parts.headers.remove(header::HOST);
     let header_bytes = request::header_bytes(&parts.headers);
+    // Where the host is, once: what is decided is where it connects.
+    let resolved = match shared.resolver.resolve(&host).await {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            tracing::info!(%url, error = %e, "does not resolve");
+            return answer(StatusCode::BAD_GATEWAY, "ERROR", &[], &[format!("{e}: nothing was sent")]);
+        }
+    };
+    let upstream_uri = match upstream_uri(&parsed, &path) {
+        Ok(uri) => uri,
+        Err(e) => return bad_request(format!("the URL `{url}`: {e}")),
+    };
 
     // Approvals this request uses: put back unless it is sent.
     let mut claims = shared.approvals.claims(actor);
-    if let Err(refused) = decide(shared, actor, &method, &url, header_bytes, &mut claims).await {
+    let http = Http { method: &method, url: &url, host: &host.to_string(), header_bytes, resolved: &resolved };
+    if let Err(refused) = decide(shared, actor, &http, &mut claims).await {
         tracing::info!(%method, %url, "refused");
         return refused;
     }
@@ -135,14 +156,13 @@ pub(crate) async fn forward(
         }
     }
 
-    // Upstream, with the method and URL the monitor decided on.
-    parts.uri = match url.parse() {
-        Ok(uri) => uri,
-        Err(e) => return bad_request(format!("the URL `{url}`: {e}")),
-    };
+    // Upstream, with the method and URL the monitor decided on, to the
+    // addresses it decided on.
+    parts.uri = upstream_uri;
     parts.version = http::Version::HTTP_11;
     claims.spend();
-    let sent = tokio::time::timeout(shared.upstream_timeout, shared.upstream.request(Request::from_parts(parts, body)));
+    let upstream = shared.upstreams.client(&resolved.addresses);
+    let sent = tokio::time::timeout(shared.upstream_timeout, upstream.request(Request::from_parts(parts, body)));
     match sent.await {
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
@@ -177,21 +197,35 @@ pub(crate) async fn forward(
     }
 }
 
-/// Asks `http.request` of `method` `url` with what the proxy knows besides
-/// (`header_bytes`). A policy schema that does not declare that context
+/// What `http.request` is asked about.
+struct Http<'a> {
+    method: &'a str,
+    url: &'a str,
+    /// The URL's host, as the addresses are of.
+    host: &'a str,
+    header_bytes: u64,
+    resolved: &'a Resolved,
+}
+
+/// Asks `http.request` of the method and URL with what the proxy knows
+/// besides: `header_bytes`, the `addresses` it would connect to and their
+/// `address_kinds`. A policy schema that does not declare that context
 /// (another policy set than the bundled one) is asked without it, and told
-/// once in the log.
+/// once in the log; as no policy of it can see where a name points, the
+/// proxy then refuses any address that is not public itself.
 async fn decide(
     shared: &Shared,
     actor: &Actor,
-    method: &str,
-    url: &str,
-    header_bytes: u64,
+    http: &Http<'_>,
     claims: &mut Claims<'_>,
 ) -> Result<(), Response<Body>> {
-    let what = format!("{method} {url}");
-    let context = json!({ "header_bytes": header_bytes }).to_string();
-    let request = ActionRequest::http(method, url).context_json(context);
+    let what = format!("{} {}", http.method, http.url);
+    let context = json!({
+        "header_bytes": http.header_bytes,
+        "addresses": http.resolved.texts(),
+        "address_kinds": http.resolved.kind_names(),
+    });
+    let request = ActionRequest::http(http.method, http.url).context_json(context.to_string());
     match shared.approvals.ask(actor, request, &what, claims).await {
         Ok(()) => Ok(()),
         Err(Refused::Answer(refused)) => Err(refused),
@@ -199,13 +233,49 @@ async fn decide(
             if !shared.told_unfit.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     %message,
-                    "the policy schema does not declare http.request's context ({HTTP_CONTEXT}): asking without it, so policies cannot see it"
+                    "the policy schema does not declare http.request's context ({HTTP_CONTEXT}): asking without it, so policies cannot see it, and refusing every address that is not public"
                 );
             }
-            let request = ActionRequest::http(method, url);
+            if !http.resolved.all_public() {
+                tracing::info!(host = %http.host, addresses = %http.resolved.describe(), "refused: not public, and the policies cannot see it");
+                return Err(answer(
+                    StatusCode::FORBIDDEN,
+                    "DENY",
+                    &[],
+                    &[format!(
+                        "`{}` resolves to {}, not a public address; the policy schema does not declare http.request's context.address_kinds, so no policy can allow that: refused by the proxy, nothing was sent",
+                        http.host,
+                        http.resolved.describe()
+                    )],
+                ));
+            }
+            let request = ActionRequest::http(http.method, http.url);
             shared.approvals.ask(actor, request, &what, claims).await.map_err(|e| e.into_answer(HTTP_CONTEXT))
         }
     }
+}
+
+/// The URI sent upstream: the decided URL's scheme, host (lower-case, an
+/// address in its one written form: `2130706433` is `127.0.0.1`,
+/// `[::ffff:127.0.0.1]` is `127.0.0.1`) and port, and the path and query
+/// as the client sent them (checked to be the decided path).
+fn upstream_uri(parsed: &url::Url, path_and_query: &str) -> Result<Uri, String> {
+    let host = match parsed.host() {
+        Some(url::Host::Domain(name)) => name.to_owned(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => match ip.to_canonical() {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        },
+        None => return Err("no host".into()),
+    };
+    let authority = match parsed.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    };
+    format!("{}://{authority}{path_and_query}", parsed.scheme())
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| e.to_string())
 }
 
 fn upstream_error(error: &hyper_util::client::legacy::Error) -> String {

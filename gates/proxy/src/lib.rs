@@ -13,9 +13,15 @@
 //! - [`proxy`]: the server: absolute-form HTTP and `CONNECT` (TLS
 //!   terminated, the CONNECT host pinned against SNI and `Host`), the
 //!   decisions, the upstream client, limits.
-//! - `forward` (private): one request decided (`http.request`, then
-//!   `secret.use` per placeholder), its secrets put in, sent upstream, and
-//!   a secret its answer echoes redacted.
+//! - `forward` (private): one request decided (`http.request` with the
+//!   addresses its host resolves to, then `secret.use` per placeholder),
+//!   its secrets put in, sent upstream to the decided addresses, and a
+//!   secret its answer echoes redacted.
+//! - [`addresses`]: the host resolved once, before the decision, and what
+//!   each address is (public, loopback, private, metadata …), pure but
+//!   for the lookup.
+//! - [`upstream`]: the upstream client per set of decided addresses, whose
+//!   resolver answers with those addresses only (no second lookup).
 //! - [`request`]: what a request is checked for before it is decided,
 //!   pure: its method in one spelling, an ambiguous target, the hop's own
 //!   headers, the bytes its headers carry.
@@ -29,6 +35,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod addresses;
 pub mod answer;
 pub mod approvals;
 pub mod ca;
@@ -38,3 +45,4 @@ pub mod pending;
 pub mod proxy;
 pub mod request;
 pub mod secrets;
+pub mod upstream;

@@ -6,10 +6,11 @@
 //!                                                  └─ CONNECT host:port ─▶ TLS (leaf for   │
 //!                                                     host; SNI must be host) ─▶ HTTP/1.1  │
 //!                                                     (Host must be host:port) ────────────┤
-//!   forward: the method in one spelling (`get` is GET), the target unambiguous            │
-//!            ─▶ ask(http.request, METHOD, URL, header_bytes)                              │
-//!            ─▶ each warden-secret:NAME in a header: ask(secret.use, NAME,                │
-//!               destination=host) ─▶ substitute ─▶ upstream ◀─────────────────────────────┘
+//!   forward: the method in one spelling (`get` is GET), the target unambiguous,           │
+//!            the host resolved once ─▶ ask(http.request, METHOD, URL, header_bytes,       │
+//!            addresses, address_kinds) ─▶ each warden-secret:NAME in a header:            │
+//!            ask(secret.use, NAME, destination=host) ─▶ substitute ─▶ upstream,           │
+//!            to the decided addresses only ◀──────────────────────────────────────────────┘
 //!            (verified TLS, HTTP/2 when offered; bodies streamed both ways)
 //! ```
 //!
@@ -31,16 +32,14 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use warden_sdk::Actor;
 
+use crate::addresses::Resolver;
 pub use crate::answer::{Body, DECISION_HEADER};
 use crate::answer::{answer, empty};
 use crate::approvals::{ApprovalWait, Approvals};
@@ -49,8 +48,7 @@ use crate::clients::Clients;
 use crate::forward::forward;
 use crate::pending;
 use crate::secrets::Secrets;
-
-pub(crate) type Upstream = HttpClient<HttpsConnector<HttpConnector>, Incoming>;
+use crate::upstream::Upstreams;
 
 /// How the proxy runs.
 pub struct Settings {
@@ -98,7 +96,10 @@ pub(crate) struct Shared {
     clients: Clients,
     pub(crate) secrets: Secrets,
     ca: Authority,
-    pub(crate) upstream: Upstream,
+    /// Where hosts are, asked once per request (and name, for a while).
+    pub(crate) resolver: Resolver,
+    /// A client per set of decided addresses.
+    pub(crate) upstreams: Upstreams<Incoming>,
     pub(crate) upstream_timeout: Duration,
     header_timeout: Duration,
     max_head_bytes: usize,
@@ -165,21 +166,14 @@ impl Listener {
 
 /// Serves `listener` until the task is dropped.
 pub async fn serve(listener: Listener, warden: warden_sdk::Client, ca: Authority, settings: Settings) {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(
-            rustls::ClientConfig::builder().with_root_certificates(settings.upstream_roots).with_no_client_auth(),
-        )
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .build();
-    let upstream = HttpClient::builder(TokioExecutor::new()).timer(TokioTimer::new()).build(connector);
+    let tls = rustls::ClientConfig::builder().with_root_certificates(settings.upstream_roots).with_no_client_auth();
     let shared = Arc::new(Shared {
         approvals: Approvals::new(warden, settings.approval_wait, pending::PER_CLIENT),
         clients: settings.clients,
         secrets: settings.secrets,
         ca,
-        upstream,
+        resolver: Resolver::new(settings.upstream_timeout),
+        upstreams: Upstreams::new(tls),
         upstream_timeout: settings.upstream_timeout,
         header_timeout: settings.header_timeout,
         max_head_bytes: settings.max_head_bytes,

@@ -9,6 +9,7 @@
 
 mod approvals;
 mod clients;
+mod destinations;
 mod methods;
 mod support;
 mod upstream;

@@ -2,7 +2,7 @@
 //! what its headers carry is the policies' to see.
 
 use crate::clients::setup;
-use crate::support::{Monitor, Proxy, asked, bundled, curl, found_or_skip, raw};
+use crate::support::{asked, curl, found_or_skip, raw};
 use crate::upstream::Upstream;
 
 /// The methods and paths the upstream saw, in order.
@@ -108,37 +108,4 @@ async fn the_bytes_a_request_carries_in_its_headers_are_the_policies_to_see() {
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert!(answer.contains("http.get-header-bytes"), "{answer}");
     assert_eq!(plain.seen().len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_schema_without_the_context_is_asked_without_it() {
-    // Another policy set: its schema gives http.request no context of its own.
-    let monitor = Monitor::start_in(|dir| {
-        let schema = std::fs::read_to_string(bundled().join("schema.cedarschema")).unwrap();
-        let old = schema.replace("context: HttpContext", "context: RequestContext");
-        assert_ne!(old, schema, "the bundled schema gives http.request a context of its own");
-        std::fs::write(dir.join("schema.cedarschema"), old).unwrap();
-        std::fs::copy(bundled().join("entities.json"), dir.join("entities.json")).unwrap();
-        std::fs::write(
-            dir.join("own.cedar"),
-            "@id(\"all\") @reason(\"test\") permit (principal, action == Action::\"http.request\", resource);",
-        )
-        .unwrap();
-    })
-    .await;
-    let tls = Upstream::start().await;
-    let plain = Upstream::plain().await;
-    let proxy = tokio::task::block_in_place(|| Proxy::start(&monitor, &tls.ca_pem));
-    let host = format!("localhost:{}", plain.port());
-    for _ in 0..2 {
-        let answer =
-            raw(&proxy, &format!("GET http://{host}/old HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    }
-    assert_eq!(plain.seen().len(), 2);
-    let decided = asked(&monitor, "http.request").await;
-    assert_eq!(decided.len(), 2, "{decided:?}");
-    assert!(decided.iter().all(|r| r.pointer("/context/header_bytes").is_none()), "{decided:?}");
-    // Said once in the log.
-    assert_eq!(proxy.log().matches("does not declare http.request's context").count(), 1, "{}", proxy.log());
 }

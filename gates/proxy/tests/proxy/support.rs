@@ -19,13 +19,16 @@ pub const SECRET: &str = "s3cr3t-d0-not-leak-4f1c";
 /// The value of `deploy-key`, a secret used only once a person approves.
 pub const DEPLOY_SECRET: &str = "d3pl0y-k3y-9a7e";
 
-/// The proxy tests' policies: the upstream is reachable as `localhost`;
+/// The proxy tests' policies: the upstream on loopback is reachable (and
+/// nothing else: a destination at another kind of address is not);
 /// `127.0.0.1/private…` is not; a POST needs a person's approval (but a
-/// git fetch's `git-upload-pack` does not); the secret `api-key` may go to
-/// `localhost` only; `deploy-key` needs a person's approval.
+/// git fetch's `git-upload-pack` does not); a GET carries at most 16 KiB in
+/// its headers; the secret `api-key` may go to `localhost` only;
+/// `deploy-key` needs a person's approval.
 pub const POLICIES: &str = r#"
-@id("http.loopback") @reason("the test upstream may be reached")
-permit (principal, action == Action::"http.request", resource);
+@id("http.loopback") @reason("the test upstream on loopback may be reached")
+permit (principal, action == Action::"http.request", resource)
+when { context has address_kinds && context.address_kinds == ["loopback"] };
 
 @id("http.private") @reason("the private pages are not for agents")
 forbid (principal, action == Action::"http.request", resource)
