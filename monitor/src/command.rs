@@ -380,10 +380,22 @@ impl Expander<'_> {
         if !known {
             return;
         }
-        if extra_args && self.programs.files.contains_key(&name) {
+        if extra_args && (self.programs.files.contains_key(&name) || self.programs.interpreters.contains_key(&name)) {
             self.mark_opaque(index);
         }
+        if let Some(interpreter) = self.programs.interpreters.get(&name) {
+            let seen: Vec<(&str, bool)> = args.iter().map(|w| (w.text.as_str(), w.dynamic)).collect();
+            if interpreter.runs_unseen_code(&seen) {
+                self.mark_opaque(index);
+            }
+        }
         if let Some(wrapper) = self.programs.wrappers.get(&name) {
+            if option_values(args, &wrapper.options_with_value)
+                .iter()
+                .any(|(option, _)| wrapper.opaque_options.contains(*option))
+            {
+                self.mark_opaque(index);
+            }
             let mut rest = skip_options(args, &wrapper.options_with_value);
             if wrapper.assignments {
                 let skip = rest.iter().take_while(|w| is_assignment(&w.text)).count();
@@ -1092,6 +1104,7 @@ impl Expander<'_> {
     fn file_args(&mut self, table: &crate::programs::FileArgs, args: &[Word], cwd: &Cwd, index: usize) {
         let mut operands = Vec::new();
         let mut in_place = false;
+        let mut recursive = table.always_recursive;
         let mut skip_dropped = false;
         let mut iter = args.iter();
         let mut options_done = false;
@@ -1138,6 +1151,18 @@ impl Expander<'_> {
             if table.in_place.contains(&option) || table.in_place.iter().any(|o| option.starts_with(o.as_str())) {
                 in_place = true;
             }
+            recursive |= table.recursive.contains(&option)
+                || value.as_ref().is_some_and(|v| table.recursive_when.get(&option).is_some_and(|r| *r == v.text));
+            if !text.starts_with("--") {
+                // A cluster (`-rn`): each letter up to one that takes a value.
+                for letter in text.chars().skip(1) {
+                    let short = format!("-{letter}");
+                    recursive |= table.recursive.contains(&short);
+                    if takes_value(&short) {
+                        break;
+                    }
+                }
+            }
             if table.skip_unless.contains(&option) {
                 skip_dropped = true;
             }
@@ -1148,6 +1173,7 @@ impl Expander<'_> {
         let skip = if skip_dropped { 0 } else { table.skip };
         let operands = operands.get(skip.min(operands.len())..).unwrap_or_default();
         let count = operands.len();
+        let mut read_any = false;
         for (i, operand) in operands.iter().enumerate() {
             for (spec, effect) in
                 [(table.reads, Effect::Read), (table.writes, Effect::Write), (table.deletes, Effect::Delete)]
@@ -1157,8 +1183,21 @@ impl Expander<'_> {
                     if in_place && effect == Effect::Read {
                         self.file(Effect::Write, operand, cwd, Some(index));
                     }
+                    if recursive && effect == Effect::Read {
+                        read_any = true;
+                        self.file(Effect::Read, &below(operand), cwd, Some(index));
+                    }
                 }
             }
+        }
+        // `grep -r x`, `rg x`: the folder it is run in.
+        if recursive
+            && !read_any
+            && let Some(default) = &table.recursive_default
+        {
+            let folder = Word::literal(default);
+            self.file(Effect::Read, &folder, cwd, Some(index));
+            self.file(Effect::Read, &below(&folder), cwd, Some(index));
         }
     }
 }
@@ -1370,6 +1409,12 @@ fn option_values<'w>(args: &'w [Word], with_value: &'w crate::programs::Options)
     out
 }
 
+/// Everything below a folder a recursive read reads: `DIR/**/*`, a pattern
+/// (what `find DIR` finds).
+fn below(folder: &Word) -> Word {
+    Word { text: format!("{}/**/*", folder.text.trim_end_matches('/')), dynamic: folder.dynamic, glob: true }
+}
+
 /// Descriptors and devices a redirection may name without touching a file.
 fn is_device(path: &str) -> bool {
     matches!(path, "/dev/null" | "/dev/stdin" | "/dev/stdout" | "/dev/stderr" | "/dev/tty" | "/dev/zero")
@@ -1422,7 +1467,14 @@ mod tests {
         );
         assert_eq!(
             shown(&["cp", "-r", "a", "b", "/tmp/out"], "/w"),
-            ["exec cp -r a b /tmp/out", "fs.read /w/a", "fs.read /w/b", "fs.write /tmp/out"]
+            [
+                "exec cp -r a b /tmp/out",
+                "fs.read /w/a",
+                "fs.read* /w/a/**/*",
+                "fs.read /w/b",
+                "fs.read* /w/b/**/*",
+                "fs.write /tmp/out"
+            ]
         );
         assert_eq!(
             shown(&["grep", "-n", "TODO", "src/main.rs"], "/w"),
@@ -1515,6 +1567,111 @@ mod tests {
                 "fs.read* /home/alice/**/id_*"
             ]
         );
+    }
+
+    #[test]
+    fn a_recursive_read_of_a_folder_reads_everything_below_it() {
+        let w = "/home/alice/project";
+        assert_eq!(
+            shown(&["grep", "-rn", "SECRET", "."], w),
+            ["exec grep -rn SECRET .", "fs.read /home/alice/project", "fs.read* /home/alice/project/**/*"]
+        );
+        assert_eq!(
+            shown(&["grep", "-d", "recurse", "x", "conf"], w),
+            [
+                "exec grep -d recurse x conf",
+                "fs.read /home/alice/project/conf",
+                "fs.read* /home/alice/project/conf/**/*"
+            ]
+        );
+        assert_eq!(
+            shown(&["grep", "--recursive", "x"], w),
+            ["exec grep --recursive x", "fs.read /home/alice/project", "fs.read* /home/alice/project/**/*"]
+        );
+        assert_eq!(
+            shown(&["rg", "x"], w),
+            ["exec rg x", "fs.read /home/alice/project", "fs.read* /home/alice/project/**/*"]
+        );
+        assert_eq!(
+            shown(&["rsync", "-a", "src/", "/tmp/out"], w),
+            [
+                "exec rsync -a src/ /tmp/out",
+                "fs.read /home/alice/project/src",
+                "fs.read* /home/alice/project/src/**/*",
+                "fs.write /tmp/out"
+            ]
+        );
+        // Without recursion, a file is itself.
+        assert_eq!(
+            shown(&["grep", "-n", "fn", "src/main.rs"], w),
+            ["exec grep -n fn src/main.rs", "fs.read /home/alice/project/src/main.rs"]
+        );
+        assert_eq!(shown(&["grep", "-A", "3", "x", "f"], w), ["exec grep -A 3 x f", "fs.read /home/alice/project/f"]);
+    }
+
+    /// Whether the first part (the program's own `exec`) is opaque.
+    fn opaque(argv: &[&str]) -> bool {
+        shown(argv, "/home/alice/project").first().is_some_and(|p| p.starts_with("exec!"))
+    }
+
+    #[test]
+    fn code_on_an_interpreter_s_command_line_or_standard_input_is_opaque() {
+        for argv in [
+            &["python3", "-c", "import os"][..],
+            &["python3", "-Sc", "import os"],
+            &["python3", "-cimport os"],
+            &["python3", "-W", "ignore", "-c", "x"],
+            &["python3", "-W", "-c", "x"],
+            &["python3", "-"],
+            &["python3"],
+            &["python3", "-u"],
+            &["python3", "--", "-"],
+            &["node", "-e", "require('fs')"],
+            &["node", "--eval=1"],
+            &["node", "-pe", "1"],
+            &["node", "-r", "x", "-p", "1"],
+            &["perl", "-ne", "print"],
+            &["perl", "-l", "-e", "print"],
+            &["perl", "-I", "/tmp", "-e", "print"],
+            &["perl", "-E", "say 1"],
+            &["ruby", "-e", "puts 1"],
+            &["php", "-r", "echo 1;"],
+            &["lua", "-e", "x"],
+            &["deno", "eval", "1"],
+            &["awk", "BEGIN { system(\"cat .env\") }"],
+            &["awk", "{ print > \"out\" }", "f"],
+            &["awk", "{ \"cat .env\" | getline x }"],
+            &["env", "-S", "python3 -c 1"],
+            &["env", "--split-string=sh -c x"],
+            // A script's argument that looks like a code option is taken
+            // for one: a person decides, the safe mistake.
+            &["python3", "-u", "build.py", "-c", "x"],
+        ] {
+            assert!(opaque(argv), "{argv:?} is not opaque: {:?}", shown(argv, "/home/alice/project"));
+        }
+        for argv in [
+            &["python3", "build.py"][..],
+            &["python3", "-m", "pytest", "-c", "pytest.ini"],
+            &["python3", "-mpytest"],
+            &["node", "server.js"],
+            &["perl", "script.pl"],
+            &["awk", "{ print $1 }", "f"],
+            &["awk", "-F:", "{ print $1 }", "/etc/passwd"],
+            &["awk", "-f", "prog.awk", "f"],
+            &["deno", "run", "main.ts"],
+            &["env", "FOO=1", "ls"],
+        ] {
+            assert!(!opaque(argv), "{argv:?} is opaque: {:?}", shown(argv, "/home/alice/project"));
+        }
+        // Through a shell, a pipe and xargs.
+        assert!(bash("echo 'import os' | python3").iter().any(|p| p == "exec! python3"));
+        assert!(
+            bash("python3 -c \"import base64;exec(base64.b64decode('eA=='))\"").iter().all(|p| p.starts_with("exec!"))
+        );
+        assert!(bash("echo x | xargs sh -c").iter().any(|p| p.starts_with("exec! sh")));
+        assert!(bash("echo x | bash").iter().any(|p| p == "exec! bash"));
+        assert!(bash("echo x | sh -s").iter().any(|p| p == "exec! sh -s"));
+        assert!(bash("ls | xargs python3").iter().any(|p| p == "exec! python3"));
     }
 
     #[test]

@@ -89,6 +89,153 @@ pub(crate) struct Wrapper {
     /// reads (`xargs -I {}`): such an argument is unknown.
     #[serde(default)]
     pub(crate) replace_options: Options,
+    /// Options whose value is a command line the wrapper splits itself
+    /// (`env -S 'python3 -c …'`): what it runs cannot be seen, so the
+    /// command is opaque.
+    #[serde(default)]
+    pub(crate) opaque_options: Options,
+}
+
+/// A program that runs code it is given (`python3`, `node`, `perl`, `awk`).
+/// Code on its command line (`python3 -c CODE`) or read from standard
+/// input (`echo CODE | python3`, `python3 -`) is a script the monitor
+/// cannot read, so such a command is opaque and policies send it to a
+/// person. A script file (`python3 build.py`) is the program's own `exec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Interpreter {
+    /// Options whose value is code (`-c`, `-e`, `--eval`): given as
+    /// `-c CODE`, `-cCODE`, `--eval=CODE`, or inside a cluster of short
+    /// options (`perl -ne CODE`, `python3 -Sc CODE`).
+    #[serde(default)]
+    pub(crate) code_options: Options,
+    /// Its other options that take a value (skipped, not taken for the
+    /// script).
+    #[serde(default)]
+    pub(crate) options_with_value: Options,
+    /// Options after which the rest of the command line is the module's
+    /// it runs, not the interpreter's (`python3 -m MODULE ARGS`).
+    #[serde(default)]
+    pub(crate) ends_options: Options,
+    /// First operands that mean code that is no script file: `-`
+    /// (standard input), a subcommand such as `deno eval`.
+    #[serde(default)]
+    pub(crate) code_operands: BTreeSet<String>,
+    /// With no script operand the program comes from standard input.
+    #[serde(default)]
+    pub(crate) stdin_without_script: bool,
+    /// The first operand is the program's text (`awk PROGRAM FILE…`),
+    /// unless one of `program_files` names a file for it (`awk -f`).
+    #[serde(default)]
+    pub(crate) program_operand: bool,
+    /// Options whose value is a file holding the program (`awk -f FILE`).
+    #[serde(default)]
+    pub(crate) program_files: Options,
+    /// Words whose presence in the program's text (`program_operand`)
+    /// lets it run commands or write files (`system`, `|`, `>`): the
+    /// command is opaque only then, so that `awk '{print $1}' f` is not.
+    /// Empty: any program text is opaque.
+    #[serde(default)]
+    pub(crate) program_runs_with: BTreeSet<String>,
+}
+
+impl Interpreter {
+    /// Whether `args` (without argv[0], each with whether the monitor
+    /// cannot see it) make it run code the monitor cannot read: a code
+    /// option anywhere before `--` or an `ends_options` option (an
+    /// argument of the script that looks like one is taken as one: a
+    /// person then decides, which is the safe mistake), a code operand,
+    /// or no script at all when it then reads standard input. A word the
+    /// monitor cannot see before the script could be code too. An option's
+    /// value is never a word that starts with `-`, so that an option
+    /// missing from `options_with_value` cannot hide the code option after
+    /// it.
+    pub(crate) fn runs_unseen_code(&self, args: &[(&str, bool)]) -> bool {
+        let takes_value =
+            |option: &str| self.options_with_value.contains(option) || self.program_files.contains(option);
+        let mut script: Option<&str> = None;
+        let mut program_file = false;
+        let mut module = false;
+        let mut at = 0;
+        'words: while let Some(&(text, dynamic)) = args.get(at) {
+            at += 1;
+            if dynamic {
+                if script.is_none() {
+                    return true;
+                }
+                continue;
+            }
+            if text == "--" {
+                if script.is_none() {
+                    match args.get(at) {
+                        Some(&(_, true)) => return true,
+                        Some(&(operand, false)) => script = Some(operand),
+                        None => {}
+                    }
+                }
+                break;
+            }
+            if !text.starts_with('-') || text == "-" {
+                script.get_or_insert(text);
+                continue;
+            }
+            let (option, attached) = match text.split_once('=').filter(|_| text.starts_with("--")) {
+                Some((option, _)) => (option, true),
+                None => (text, false),
+            };
+            let letters: Vec<(usize, char)> = if text.starts_with("--")
+                || takes_value(option)
+                || self.code_options.contains(option)
+                || self.ends_options.contains(option)
+            {
+                Vec::new()
+            } else {
+                text.char_indices().skip(1).collect()
+            };
+            // The whole word as one option, or each letter of a cluster
+            // (`-Sc`, `-ne`, `-cCODE`, `-mmodule`), the value after a
+            // letter that takes one.
+            let mut options: Vec<(String, bool)> = vec![(option.to_owned(), attached)];
+            for (index, letter) in letters {
+                let rest = index + letter.len_utf8() < text.len();
+                options.push((format!("-{letter}"), rest));
+            }
+            for (option, attached) in options {
+                if self.code_options.contains(&option) {
+                    return true;
+                }
+                if self.ends_options.contains(&option) {
+                    module = true;
+                    break 'words;
+                }
+                if takes_value(&option) {
+                    program_file |= self.program_files.contains(&option);
+                    if !attached && args.get(at).is_some_and(|&(next, _)| !next.starts_with('-')) {
+                        at += 1;
+                    }
+                    break;
+                }
+            }
+        }
+        match script {
+            Some(operand) => self.code_operand(operand, program_file),
+            None => !module && !program_file && (self.stdin_without_script || self.program_operand),
+        }
+    }
+
+    /// Whether the first operand makes it run unseen code: one of
+    /// `code_operands` (`-`, standard input; `deno eval`), or the program's
+    /// text when that is an operand.
+    fn code_operand(&self, operand: &str, program_file: bool) -> bool {
+        if self.code_operands.contains(operand) {
+            return true;
+        }
+        if self.program_operand && !program_file {
+            return self.program_runs_with.is_empty()
+                || self.program_runs_with.iter().any(|word| operand.contains(word.as_str()));
+        }
+        false
+    }
 }
 
 /// The files a program reads, writes or deletes.
@@ -120,6 +267,22 @@ pub(crate) struct FileArgs {
     /// Options that make the read operands written too (`sed -i`).
     #[serde(default)]
     pub(crate) in_place: BTreeSet<String>,
+    /// Options that make it read folders recursively (`grep -r`, `cp -a`):
+    /// a read operand is then also a read of everything below it
+    /// (`DIR/**/*`, a pattern), as `find` is, so that rules about hidden
+    /// and credential files apply. Also inside a cluster (`-rn`).
+    #[serde(default)]
+    pub(crate) recursive: BTreeSet<String>,
+    /// Options whose given value makes it recursive (`grep -d recurse`).
+    #[serde(default)]
+    pub(crate) recursive_when: BTreeMap<String, String>,
+    /// It always reads folders recursively (`rg`, `tar c`).
+    #[serde(default)]
+    pub(crate) always_recursive: bool,
+    /// What a recursive read with no file operand reads (`grep -r x`,
+    /// `rg x`: `.`).
+    #[serde(default)]
+    pub(crate) recursive_default: Option<String>,
 }
 
 /// A program whose first operand is a subcommand (`git push`).
@@ -191,6 +354,9 @@ pub struct Programs {
     /// Programs with subcommands.
     #[serde(default)]
     pub(crate) subcommands: BTreeMap<String, Subcommands>,
+    /// Programs that run code they are given.
+    #[serde(default)]
+    pub(crate) interpreters: BTreeMap<String, Interpreter>,
 }
 
 fn default_system_dirs() -> BTreeSet<String> {
@@ -218,6 +384,7 @@ impl Default for Programs {
             wrappers: BTreeMap::new(),
             files: BTreeMap::new(),
             subcommands: BTreeMap::new(),
+            interpreters: BTreeMap::new(),
         }
     }
 }
