@@ -3,7 +3,7 @@
 //! `http.request` decided with the addresses and their kinds, then
 //! `secret.use` for each placeholder in its headers, the secrets put in,
 //! the request sent upstream to the decided addresses only, and a secret
-//! the answer echoes redacted.
+//! the answer echoes (in a header or its reason phrase) redacted.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -12,6 +12,7 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
+use hyper::ext::ReasonPhrase;
 use serde_json::json;
 use warden_sdk::{ActionRequest, Actor};
 
@@ -167,16 +168,7 @@ pub(crate) async fn forward(
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            // An upstream that echoes a header back must not hand the agent
-            // the value it was never to hold.
-            for value in parts.headers.values_mut() {
-                if sent_values
-                    .iter()
-                    .any(|secret| value.as_bytes().windows(secret.len()).any(|w| w == secret.as_bytes()))
-                {
-                    *value = HeaderValue::from_static(REDACTED);
-                }
-            }
+            redact_echoes(&mut parts, &sent_values);
             Response::from_parts(parts, body.boxed())
         }
         Ok(Err(e)) => {
@@ -194,6 +186,33 @@ pub(crate) async fn forward(
             &[],
             &[format!("upstream {} did not answer within {:?}", target.host, shared.upstream_timeout)],
         ),
+    }
+}
+
+/// An upstream that echoes a secret back (in a header, or in the status
+/// line's reason phrase, which an HTTP/1.1 answer passes on as it came)
+/// must not hand the agent the value it was never to hold.
+fn redact_echoes(parts: &mut http::response::Parts, sent_values: &[&str]) {
+    let holds_secret = |bytes: &[u8]| {
+        sent_values
+            .iter()
+            .any(|secret| !secret.is_empty() && bytes.windows(secret.len()).any(|w| w == secret.as_bytes()))
+    };
+    for value in parts.headers.values_mut() {
+        if holds_secret(value.as_bytes()) {
+            *value = HeaderValue::from_static(REDACTED);
+        }
+    }
+    if parts.extensions.get::<ReasonPhrase>().is_some_and(|reason| holds_secret(reason.as_bytes())) {
+        match ReasonPhrase::try_from(REDACTED.as_bytes()) {
+            Ok(redacted) => {
+                parts.extensions.insert(redacted);
+            }
+            // The status code's own phrase, then.
+            Err(_) => {
+                parts.extensions.remove::<ReasonPhrase>();
+            }
+        }
     }
 }
 

@@ -418,6 +418,25 @@ async fn what_would_mean_more_than_was_decided_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_echoed_in_the_status_line_is_redacted() {
+    if !found_or_skip("curl") {
+        return;
+    }
+    let (_monitor, _tls, proxy) = setup().await;
+    // HTTP/1.1 upstream: HTTP/2 has no reason phrase.
+    let plain = Upstream::plain().await;
+    let url = format!("http://localhost:{}/reason", plain.port());
+    let got = curl(&proxy, &url, &["-H", "Authorization: Bearer warden-secret:api-key"]).await;
+    assert_eq!(got.status, 200, "{}", got.headers);
+    assert_eq!(plain.seen()[0].header("authorization"), Some(format!("Bearer {SECRET}").as_str()));
+    assert!(!got.headers.contains(SECRET), "{}", got.headers);
+    assert!(got.headers.starts_with("HTTP/1.1 200 [redacted by warden-proxy]"), "{}", got.headers);
+    // A reason phrase with no secret in it is the upstream's.
+    let got = curl(&proxy, &url, &["-H", "Authorization: Bearer plain-text"]).await;
+    assert!(got.headers.starts_with("HTTP/1.1 200 Echo Bearer plain-text"), "{}", got.headers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_gets_its_places_and_an_idle_client_is_let_go() {
     use sha2::Digest as _;
     use tokio::io::AsyncReadExt as _;

@@ -148,6 +148,15 @@ async fn answer(
             response.headers_mut().insert("x-echo", http::HeaderValue::from_str(value).unwrap());
         }
     }
+    // `/reason`: the same, in the status line's reason phrase (HTTP/1.1
+    // only: HTTP/2 has none).
+    if path == "/reason" {
+        let seen = seen.lock().unwrap();
+        if let Some(value) = seen.last().and_then(|s| s.header("authorization")) {
+            let phrase = hyper::ext::ReasonPhrase::try_from(format!("Echo {value}")).unwrap();
+            response.extensions_mut().insert(phrase);
+        }
+    }
     Ok(response)
 }
 
