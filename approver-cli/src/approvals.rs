@@ -183,6 +183,10 @@ fn describe(approval: &pb::Approval) -> Vec<String> {
     if !request.justification.is_empty() {
         lines.push(format!("why: {}", safe(&request.justification)));
     }
+    // Shown, not hidden: what would leave if this is approved.
+    for written in &approval.credentials {
+        lines.push(format!("looks like a credential, and would leave: {}", safe(written)));
+    }
     // One policy and its reason, as a single command has them; a command of
     // several parts has a reason per part in the way and a line per part
     // (all of which the approval covers), so every reason is its own line.
@@ -212,6 +216,8 @@ struct Desktop {
     bus: zbus::Connection,
     /// The approval page, for approvals that need a passkey.
     page: Option<String>,
+    /// The server reads markup in bodies (`body-markup`): text is escaped.
+    markup: bool,
     /// The notifications shown and not closed: id → what a click resolves.
     shown: Arc<Mutex<HashMap<u32, Shown>>>,
 }
@@ -246,9 +252,12 @@ impl Desktop {
             let bus = zbus::Connection::session().await?;
             let info = bus.call_method(Some(SERVER), PATH, Some(SERVER), "GetServerInformation", &()).await?;
             let (name, _vendor, version, _spec): (String, String, String, String) = info.body().deserialize()?;
-            Ok::<_, zbus::Error>((bus, name, version))
+            let capabilities = bus.call_method(Some(SERVER), PATH, Some(SERVER), "GetCapabilities", &()).await?;
+            let capabilities: Vec<String> = capabilities.body().deserialize()?;
+            let markup = capabilities.iter().any(|c| c == "body-markup");
+            Ok::<_, zbus::Error>((bus, name, version, markup))
         };
-        let (bus, name, version) = match connected.await {
+        let (bus, name, version, markup) = match connected.await {
             Ok(found) => found,
             Err(e) => {
                 eprintln!(
@@ -271,7 +280,7 @@ impl Desktop {
         eprintln!("desktop notifications through {} {}", safe(&name), safe(&version));
         let shown = Arc::default();
         tokio::spawn(listen(bus.clone(), signals, Arc::clone(&shown), client, page.clone()));
-        Some(Self { bus, page, shown })
+        Some(Self { bus, page, shown, markup })
     }
 
     async fn show(&mut self, approval: &pb::Approval) {
@@ -283,6 +292,7 @@ impl Desktop {
         let summary = format!("Warden: {} wants {}", safe(&actor.user), safe(&request.action));
         let body: Vec<String> = describe(approval).iter().map(|line| shorten(line, 300)).collect();
         let body = body.join("\n");
+        let body = if self.markup { markup_escaped(&body) } else { body };
         let passkey = !approval.passkey_policies.is_empty();
         let actions: &[&str] = match (passkey, &self.page) {
             (false, _) => &[ACTION_APPROVE, "Approve", ACTION_DENY, "Deny"],
@@ -486,6 +496,7 @@ fn approval_json(approval: &pb::Approval) -> serde_json::Value {
         "reasons": approval.reasons,
         "approvers": approval.approvers,
         "passkey_policies": approval.passkey_policies,
+        "credentials": approval.credentials,
         "harness": approval.harness,
         "request_hash": approval.request_hash,
         "created_at": crate::format::timestamp_str(approval.created_at.as_ref()),
@@ -518,20 +529,25 @@ fn short_hash(hash: &str) -> String {
     hash.get(..12).unwrap_or(hash).to_owned()
 }
 
-/// Text from the request, made safe for a terminal and a notification: no
-/// control characters (escape sequences), no characters that reorder what
-/// follows them (bidi embeddings, overrides and isolates, which can make
-/// `rm -rf /` read as something else), no markup. Each is shown escaped.
+/// Text from the request, made safe for a terminal: no control characters
+/// (escape sequences), no characters that reorder what follows them (bidi
+/// embeddings, overrides and isolates, which can make `rm -rf /` read as
+/// something else). Each is shown escaped; everything else, `&`, `<` and
+/// `>` among it, is shown exactly, since an approver must read what runs.
 pub fn safe(text: &str) -> String {
     text.chars()
         .flat_map(|c| match c {
-            '<' => vec!['‹'],
-            '>' => vec!['›'],
-            '&' => vec!['+'],
             c if c.is_control() || reorders(c) => c.escape_unicode().collect(),
             c => vec![c],
         })
         .collect()
+}
+
+/// Text for a notification body whose server reads markup (`body-markup`):
+/// `&`, `<` and `>` as XML entities, so that the server shows them, not
+/// reads them.
+fn markup_escaped(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// The bidirectional formatting characters: marks, embeddings, overrides
@@ -542,12 +558,18 @@ fn reorders(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::safe;
+    use super::{markup_escaped, safe};
 
     #[test]
-    fn escape_sequences_direction_overrides_and_markup_are_shown_escaped() {
+    fn escape_sequences_and_direction_overrides_are_shown_escaped_and_commands_exactly() {
         let shown = safe("alice\u{1b}[2J\u{202e}txt.exe <b>&");
-        assert_eq!(shown, "alice\\u{1b}[2J\\u{202e}txt.exe ‹b›+");
+        assert_eq!(shown, "alice\\u{1b}[2J\\u{202e}txt.exe <b>&");
+        let command = "rm -rf build && echo done > log.txt < in 2>&1";
+        assert_eq!(safe(command), command);
+        assert_eq!(
+            markup_escaped(&safe(command)),
+            "rm -rf build &amp;&amp; echo done &gt; log.txt &lt; in 2&gt;&amp;1"
+        );
         for c in ['\u{200e}', '\u{200f}', '\u{61c}', '\u{202a}', '\u{202d}', '\u{2066}', '\u{2069}', '\n', '\u{7}'] {
             assert!(!safe(&c.to_string()).contains(c), "{c:?}");
         }

@@ -471,6 +471,31 @@ async fn approvals_list_shows_every_part_of_a_command() {
     server.stop().await.unwrap();
 }
 
+/// What an approver reads is what runs: `&&`, `>` and `<` are shown as
+/// written by `approvals list`, `approvals show` and `audit tail`, and a
+/// credential in the command is named, not hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvers_read_the_command_exactly_with_its_credentials_named() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let script = "rm -rf build && echo done > log.txt < in.txt --token=s3cr3t";
+    let args = [&ALICE[..], &["--cwd", "/home/alice/project", "exec", "--", "bash", "-c", script]].concat();
+    let pending = wardenctl(&endpoint, HARNESS, &args).await;
+    assert_eq!(pending.status.code(), Some(3), "{}", stdout(&pending));
+    let listed = stdout(&wardenctl(&endpoint, APPROVER, &["approvals", "list"]).await);
+    assert!(listed.contains(script), "{listed}");
+    let json = wardenctl(&endpoint, APPROVER, &["--json", "approvals", "list"]).await;
+    let approval: serde_json::Value = serde_json::from_str(stdout(&json).lines().next().unwrap()).unwrap();
+    let id = approval["approval_id"].as_str().unwrap();
+    let shown = stdout(&wardenctl(&endpoint, APPROVER, &["approvals", "show", id]).await);
+    assert!(shown.contains(script), "{shown}");
+    assert!(shown.contains("looks like a credential, and would leave: --token=s3cr3t"), "{shown}");
+    let tail = stdout(&wardenctl(&endpoint, ADMIN, &["audit", "tail"]).await);
+    assert!(tail.contains(script), "{tail}");
+    server.stop().await.unwrap();
+}
+
 /// `approvers enroll|list|revoke`: no link without the approval page; with
 /// it, a single-use link on the page's origin for an approver credential
 /// only; each step audited. A passkey approval says so in `approvals show`,
