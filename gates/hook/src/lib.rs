@@ -15,9 +15,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod decide;
 pub mod install;
+pub mod plan;
+pub mod touch;
 
 use serde_json::{Value, json};
+use touch::{Access, Touch, join};
 use warden_sdk::ActionRequest;
 
 /// The largest event read from stdin.
@@ -29,6 +33,9 @@ pub enum HookError {
     /// Not the JSON the agent sends.
     #[error("the hook event is not valid: {0}")]
     Event(String),
+    /// A call Warden's hook will not ask about (too many paths).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// One Claude Code `PreToolUse` event, as far as Warden needs it.
@@ -76,32 +83,46 @@ impl ClaudeEvent {
         self.input(name).ok_or_else(|| HookError::Event(format!("`{}` without `tool_input.{name}`", self.tool_name)))
     }
 
-    /// The action Warden is asked about (DESIGN.md, "Gates"): `Bash` is an
-    /// `exec` of `["bash", "-c", command]` (the monitor reads the script);
-    /// `Read`, `Glob`, `Grep`, `NotebookRead` read the file or the folder
-    /// searched; `Write`, `Edit`, `MultiEdit`, `NotebookEdit` write;
-    /// `WebFetch` is a GET; `mcp__SERVER__TOOL` is that MCP tool; any other
-    /// tool (`WebSearch`, `Agent`, `TaskCreate`, `Skill` …) is a `tool.call`
-    /// on server `claude-code`, which the bundled `claude-code.cedar`
-    /// decides.
-    pub fn request(&self) -> Result<ActionRequest, HookError> {
-        let request = match self.tool_name.as_str() {
-            "Bash" => ActionRequest::exec(["bash", "-c", self.required("command")?]),
-            "Read" => ActionRequest::read_file(self.required("file_path")?),
-            "NotebookRead" => ActionRequest::read_file(self.required("notebook_path")?),
-            // A search without a path searches the working folder.
-            "Glob" | "Grep" => ActionRequest::read_file(self.input("path").unwrap_or(&self.cwd)),
-            "Write" | "Edit" | "MultiEdit" => ActionRequest::write_file(self.required("file_path")?),
-            "NotebookEdit" => ActionRequest::write_file(self.required("notebook_path")?),
-            "WebFetch" => ActionRequest::http("GET", self.required("url")?),
-            name => match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
+    /// What the tool touches (DESIGN.md, "Gates"): `Bash` is an `exec` of
+    /// `["bash", "-c", command]` (the monitor reads the script); `Read`
+    /// and `NotebookRead` read the file; `Grep` reads every file below the
+    /// folder it searches that its `glob` filter lets through (a `path`
+    /// naming one file: that file), `Glob` every file its `pattern` can
+    /// match below its `path`; `Write`, `Edit`, `MultiEdit`,
+    /// `NotebookEdit` write; `WebFetch` is a GET; `mcp__SERVER__TOOL` is
+    /// that MCP tool; any other tool (`WebSearch`, `Agent`, `TaskCreate`,
+    /// `Skill` …) is a `tool.call` on server `claude-code`, which the
+    /// bundled `claude-code.cedar` decides.
+    pub fn touch(&self) -> Result<Touch, HookError> {
+        let file = |access, field| Ok(Touch::File { access, path: self.required(field)?.to_owned() });
+        // A search without a path searches the working folder.
+        let searched = || self.input("path").unwrap_or(&self.cwd).to_owned();
+        Ok(match self.tool_name.as_str() {
+            "Bash" => Touch::Request(ActionRequest::exec(["bash", "-c", self.required("command")?]).cwd(&self.cwd)),
+            "Read" => file(Access::Read, "file_path")?,
+            "NotebookRead" => file(Access::Read, "notebook_path")?,
+            "Write" | "Edit" | "MultiEdit" => file(Access::Write, "file_path")?,
+            "NotebookEdit" => file(Access::Write, "notebook_path")?,
+            // ripgrep's `--type` is not narrowed here (its table of types
+            // is ripgrep's): every file below the folder, wider.
+            "Grep" => {
+                let globs = self.input("glob").map(touch::claude_code_globs).unwrap_or_default();
+                Touch::Search { root: searched(), names: touch::rg_globs(globs.iter().map(String::as_str)) }
+            }
+            "Glob" => touch::claude_code_glob(self.required("pattern")?, &searched()),
+            "WebFetch" => Touch::Request(ActionRequest::http("GET", self.required("url")?)),
+            name => Touch::Request(match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
                 Some((server, tool)) if !server.is_empty() && !tool.is_empty() => {
                     ActionRequest::call_tool(server, tool, self.tool_input.to_string())
                 }
                 _ => ActionRequest::call_tool("claude-code", name, self.tool_input.to_string()),
-            },
-        };
-        Ok(request.cwd(&self.cwd).justification(format!("Claude Code's {} tool", self.tool_name)))
+            }),
+        })
+    }
+
+    fn call(self, justification: String) -> Result<ToolCall, HookError> {
+        let touches = vec![self.touch()?];
+        Ok(ToolCall { session: self.session_id, tool: self.tool_name, cwd: self.cwd, touches, justification })
     }
 }
 
@@ -150,8 +171,13 @@ pub struct ToolCall {
     pub session: String,
     /// What to call the tool in a reason (`Bash`, `run_shell_command` …).
     pub tool: String,
-    /// What Warden is asked.
-    pub request: ActionRequest,
+    /// Where the agent runs: relative paths are in it.
+    pub cwd: String,
+    /// What the tool touches, in the order asked; every one must be
+    /// allowed.
+    pub touches: Vec<Touch>,
+    /// Why, as approvers read it (`Claude Code's Read tool`).
+    pub justification: String,
 }
 
 /// Reads one event of `protocol`.
@@ -159,7 +185,8 @@ pub fn parse(protocol: Protocol, text: &str) -> Result<ToolCall, HookError> {
     match protocol {
         Protocol::ClaudeCode => {
             let event = ClaudeEvent::parse(text)?;
-            Ok(ToolCall { request: event.request()?, session: event.session_id, tool: event.tool_name })
+            let justification = format!("Claude Code's {} tool", event.tool_name);
+            event.call(justification)
         }
         Protocol::Codex => {
             let mut event = ClaudeEvent::parse(text)?;
@@ -171,13 +198,19 @@ pub fn parse(protocol: Protocol, text: &str) -> Result<ToolCall, HookError> {
                 if argv.is_empty() {
                     return Err(HookError::Event("an empty `tool_input.command`".into()));
                 }
-                let request = ActionRequest::exec(argv).cwd(&event.cwd).justification("Codex's shell tool");
-                return Ok(ToolCall { request, session: event.session_id, tool: event.tool_name });
+                return Ok(ToolCall {
+                    touches: vec![Touch::Request(ActionRequest::exec(argv).cwd(&event.cwd))],
+                    session: event.session_id,
+                    tool: event.tool_name,
+                    cwd: event.cwd,
+                    justification: "Codex's shell tool".into(),
+                });
             }
             if matches!(event.tool_name.as_str(), "shell" | "local_shell" | "exec_command") {
                 event.tool_name = "Bash".into();
             }
-            Ok(ToolCall { request: event.request()?, session: event.session_id, tool: event.tool_name })
+            let justification = format!("Codex's {} tool", event.tool_name);
+            event.call(justification)
         }
         Protocol::Gemini => gemini(text),
         Protocol::Cursor => cursor(text),
@@ -203,7 +236,12 @@ fn event_name(value: &Value, allowed: &[&str]) -> Result<String, HookError> {
     }
 }
 
-/// Gemini CLI's `BeforeTool`, its built-in tools by their documented names.
+/// The most paths one `read_many_files` call may name.
+pub const MAX_PATHS: usize = 20;
+
+/// Gemini CLI's `BeforeTool`, its built-in tools by their names in
+/// 0.61.0 (`packages/core/src/tools/definitions/base-declarations.ts`) and
+/// earlier (`search_file_content`, `include`).
 fn gemini(text: &str) -> Result<ToolCall, HookError> {
     let value = object(text)?;
     event_name(&value, &["BeforeTool"])?;
@@ -213,40 +251,86 @@ fn gemini(text: &str) -> Result<ToolCall, HookError> {
     let tool = text_field(&value, &["tool_name"]).ok_or_else(|| HookError::Event("`tool_name` is missing".into()))?;
     let input = value.get("tool_input").cloned().unwrap_or_else(|| json!({}));
     let missing = |what: &str| HookError::Event(format!("`{tool}` without `tool_input.{what}`"));
-    let request = match tool {
+    let folder = || text_field(&input, &["dir_path", "path", "directory"]).unwrap_or(cwd).to_owned();
+    let touches = match tool {
         "run_shell_command" => {
             let command = text_field(&input, &["command"]).ok_or_else(|| missing("command"))?;
             let dir = text_field(&input, &["dir_path", "directory"]).map_or_else(|| cwd.to_owned(), |d| join(cwd, d));
-            ActionRequest::exec(["bash", "-c", command]).cwd(dir)
+            vec![Touch::Request(ActionRequest::exec(["bash", "-c", command]).cwd(dir))]
         }
-        "read_file" | "list_directory" | "glob" | "search_file_content" | "grep" => {
-            let path = text_field(&input, &["file_path", "absolute_path", "path", "dir_path"]).unwrap_or(cwd);
-            ActionRequest::read_file(path).cwd(cwd)
+        "read_file" => {
+            let path =
+                text_field(&input, &["file_path", "absolute_path", "path"]).ok_or_else(|| missing("file_path"))?;
+            vec![Touch::File { access: Access::Read, path: path.to_owned() }]
+        }
+        // A listing reads the folder's names.
+        "list_directory" => vec![Touch::File { access: Access::Read, path: folder() }],
+        // Its `include_pattern` is a glob at any depth below the folder
+        // (ripgrep's `--glob`, `git grep`'s pathspec, grep's `--include`).
+        "grep_search" | "search_file_content" | "grep" => {
+            let include = text_field(&input, &["include_pattern", "include"]);
+            vec![Touch::Search { root: folder(), names: touch::rg_globs(include) }]
+        }
+        // The `glob` package in the folder: the pattern as written.
+        "glob" => {
+            let pattern = text_field(&input, &["pattern"]).ok_or_else(|| missing("pattern"))?;
+            vec![Touch::Pattern(join(&folder(), pattern))]
+        }
+        // Paths or patterns in the working folder; a folder is everything
+        // below it.
+        "read_many_files" => {
+            let entries = ["include", "paths"]
+                .iter()
+                .find_map(|name| input.get(*name).and_then(Value::as_array))
+                .ok_or_else(|| missing("include"))?;
+            if entries.len() > MAX_PATHS {
+                return Err(HookError::Refused(format!(
+                    "`{tool}` names {} paths, more than the {MAX_PATHS} Warden's hook asks about",
+                    entries.len()
+                )));
+            }
+            let mut touches = Vec::with_capacity(entries.len());
+            for entry in entries {
+                let entry = entry.as_str().filter(|e| !e.is_empty()).ok_or_else(|| missing("include"))?;
+                touches.push(if touch::is_pattern(entry) {
+                    Touch::Pattern(entry.to_owned())
+                } else {
+                    Touch::Search { root: entry.to_owned(), names: vec!["**/*".to_owned()] }
+                });
+            }
+            if touches.is_empty() {
+                return Err(missing("include"));
+            }
+            touches
         }
         "write_file" | "replace" | "edit" => {
             let path =
                 text_field(&input, &["file_path", "absolute_path", "path"]).ok_or_else(|| missing("file_path"))?;
-            ActionRequest::write_file(path).cwd(cwd)
+            vec![Touch::File { access: Access::Write, path: path.to_owned() }]
         }
         "web_fetch" => {
             // The tool fetches the URLs its prompt names; the first is asked.
             let prompt = text_field(&input, &["prompt", "url"]).ok_or_else(|| missing("prompt"))?;
-            match prompt.split_whitespace().find(|w| w.starts_with("https://") || w.starts_with("http://")) {
-                Some(url) => ActionRequest::http("GET", url.trim_end_matches([',', '.', ')', ']', '"', '\''])),
-                None => ActionRequest::call_tool("gemini-cli", tool, input.to_string()),
-            }
+            vec![Touch::Request(
+                match prompt.split_whitespace().find(|w| w.starts_with("https://") || w.starts_with("http://")) {
+                    Some(url) => ActionRequest::http("GET", url.trim_end_matches([',', '.', ')', ']', '"', '\''])),
+                    None => ActionRequest::call_tool("gemini-cli", tool, input.to_string()),
+                },
+            )]
         }
-        name => match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
+        name => vec![Touch::Request(match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
             Some((server, mcp_tool)) if !server.is_empty() && !mcp_tool.is_empty() => {
                 ActionRequest::call_tool(server, mcp_tool, input.to_string())
             }
             _ => ActionRequest::call_tool("gemini-cli", name, input.to_string()),
-        },
+        })],
     };
     Ok(ToolCall {
         session: session.to_owned(),
         tool: tool.to_owned(),
-        request: request.justification(format!("Gemini CLI's {tool} tool")),
+        cwd: cwd.to_owned(),
+        touches,
+        justification: format!("Gemini CLI's {tool} tool"),
     })
 }
 
@@ -259,14 +343,14 @@ fn cursor(text: &str) -> Result<ToolCall, HookError> {
     let root = value.get("workspace_roots").and_then(Value::as_array).and_then(|r| r.first()).and_then(Value::as_str);
     let cwd = text_field(&value, &["cwd"]).or(root).unwrap_or_default().to_owned();
     let missing = |what: &str| HookError::Event(format!("`{event}` without `{what}`"));
-    let (tool, request) = match event.as_str() {
+    let (tool, touch) = match event.as_str() {
         "beforeShellExecution" => {
             let command = text_field(&value, &["command"]).ok_or_else(|| missing("command"))?;
-            ("shell".to_owned(), ActionRequest::exec(["bash", "-c", command]).cwd(&cwd))
+            ("shell".to_owned(), Touch::Request(ActionRequest::exec(["bash", "-c", command]).cwd(&cwd)))
         }
         "beforeReadFile" => {
             let path = text_field(&value, &["file_path"]).ok_or_else(|| missing("file_path"))?;
-            ("read".to_owned(), ActionRequest::read_file(path).cwd(&cwd))
+            ("read".to_owned(), Touch::File { access: Access::Read, path: path.to_owned() })
         }
         _ => {
             let name = text_field(&value, &["tool_name"]).ok_or_else(|| missing("tool_name"))?;
@@ -277,14 +361,16 @@ fn cursor(text: &str) -> Result<ToolCall, HookError> {
                 None => "{}".to_owned(),
             };
             // Cursor does not name the MCP server: its tools are Cursor's.
-            (name.to_owned(), ActionRequest::call_tool("cursor", name, arguments))
+            (name.to_owned(), Touch::Request(ActionRequest::call_tool("cursor", name, arguments)))
         }
     };
-    Ok(ToolCall { session: session.to_owned(), request: request.justification(format!("Cursor's {tool}")), tool })
-}
-
-fn join(cwd: &str, dir: &str) -> String {
-    if dir.starts_with('/') { dir.to_owned() } else { format!("{}/{dir}", cwd.trim_end_matches('/')) }
+    Ok(ToolCall {
+        session: session.to_owned(),
+        justification: format!("Cursor's {tool}"),
+        tool,
+        cwd,
+        touches: vec![touch],
+    })
 }
 
 /// What the hook process does with a verdict: its stdout, stderr and
@@ -370,9 +456,36 @@ mod tests {
         ClaudeEvent::parse(&text.to_string()).unwrap()
     }
 
+    /// Every question one call is asked as: action, resource.
+    fn questions(protocol: Protocol, event: Value) -> Vec<(String, Resource)> {
+        let call = parse(protocol, &event.to_string()).unwrap();
+        call.asks()
+            .unwrap()
+            .into_iter()
+            .map(|ask| {
+                let request = ask.request.into_proto_request();
+                (request.action, request.resource.unwrap())
+            })
+            .collect()
+    }
+
     fn asked(tool: &str, input: Value) -> (String, Resource) {
-        let request = event(tool, input).request().unwrap().into_proto_request();
-        (request.action, request.resource.unwrap())
+        let event = json!({"session_id": "abc", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
+            "tool_name": tool, "tool_input": input});
+        let mut asked = questions(Protocol::ClaudeCode, event);
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        asked.remove(0)
+    }
+
+    /// The patterns a call reads.
+    fn patterns(protocol: Protocol, event: Value) -> Vec<String> {
+        questions(protocol, event)
+            .into_iter()
+            .map(|(action, resource)| match resource {
+                Resource::File(f) if action == "fs.read" && f.pattern => f.path,
+                other => panic!("{action} {other:?}"),
+            })
+            .collect()
     }
 
     #[test]
@@ -386,8 +499,6 @@ mod tests {
         );
         for (tool, input, want_action, want) in [
             ("Read", json!({"file_path": "src/main.rs"}), "fs.read", "src/main.rs"),
-            ("Glob", json!({"pattern": "*.rs"}), "fs.read", "/home/alice/project"),
-            ("Grep", json!({"pattern": "x", "path": "/srv"}), "fs.read", "/srv"),
             ("Write", json!({"file_path": ".env", "content": "x"}), "fs.write", ".env"),
             ("Edit", json!({"file_path": "/a", "old_string": "x", "new_string": "y"}), "fs.write", "/a"),
             ("NotebookEdit", json!({"notebook_path": "/n.ipynb"}), "fs.write", "/n.ipynb"),
@@ -412,14 +523,80 @@ mod tests {
     }
 
     #[test]
+    fn claude_code_s_searches_read_every_file_below_their_folder() {
+        let claude = |tool: &str, input: Value| {
+            json!({"session_id": "abc", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
+                "tool_name": tool, "tool_input": input})
+        };
+        let p = |tool: &str, input: Value| patterns(Protocol::ClaudeCode, claude(tool, input));
+        assert_eq!(p("Grep", json!({"pattern": "x"})), ["/home/alice/project/**/*"]);
+        assert_eq!(p("Grep", json!({"pattern": "x", "path": "/srv"})), ["/srv/**/*"]);
+        assert_eq!(
+            p("Grep", json!({"pattern": "x", "path": "src", "glob": ".env"})),
+            ["/home/alice/project/src/**/.env"]
+        );
+        // A piece with braces is one glob, its commas inside them (as
+        // Claude Code passes it to ripgrep); `type` does not narrow.
+        assert_eq!(
+            p("Grep", json!({"pattern": "x", "glob": "*.{ts,tsx},.env", "type": "rust"})),
+            ["/home/alice/project/**/*.ts,.env", "/home/alice/project/**/*.tsx,.env"]
+        );
+        assert_eq!(
+            p("Grep", json!({"pattern": "x", "glob": "*.rs .env"})),
+            ["/home/alice/project/**/*.rs", "/home/alice/project/**/.env"]
+        );
+        assert_eq!(p("Grep", json!({"pattern": "x", "glob": "!*.lock"})), ["/home/alice/project/**/*"]);
+        assert_eq!(p("Glob", json!({"pattern": ".env"})), ["/home/alice/project/**/.env"]);
+        assert_eq!(p("Glob", json!({"pattern": "**/*.rs", "path": "/srv/app"})), ["/srv/app/**/*.rs"]);
+        assert_eq!(p("Glob", json!({"pattern": "/etc/**/*.conf"})), ["/etc/**/*.conf"]);
+        assert_eq!(p("Glob", json!({"pattern": "**/.warden/*"})), ["/home/alice/project/**/.warden/*"]);
+    }
+
+    #[test]
+    fn gemini_s_searches_read_every_file_they_can_match() {
+        let gemini = |tool: &str, input: Value| {
+            json!({"session_id": "g1", "cwd": "/w", "hook_event_name": "BeforeTool", "tool_name": tool,
+                "tool_input": input})
+        };
+        let p = |tool: &str, input: Value| patterns(Protocol::Gemini, gemini(tool, input));
+        assert_eq!(p("grep_search", json!({"pattern": "x"})), ["/w/**/*"]);
+        assert_eq!(
+            p("grep_search", json!({"pattern": "x", "include_pattern": "*.ts", "dir_path": "src"})),
+            ["/w/src/**/*.ts"]
+        );
+        assert_eq!(p("search_file_content", json!({"pattern": "x", "include": ".env"})), ["/w/**/.env"]);
+        // The glob package: the pattern in the folder, as written.
+        assert_eq!(p("glob", json!({"pattern": "*.rs", "dir_path": "/srv"})), ["/srv/*.rs"]);
+        assert_eq!(p("glob", json!({"pattern": "**/{.env,*.key}"})), ["/w/**/.env", "/w/**/*.key"]);
+        assert_eq!(p("read_many_files", json!({"include": ["docs/*.md", "/etc/x*"]})), ["/w/docs/*.md", "/etc/x*"]);
+        // A named file is read as itself; a folder is everything below it.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("docs")).unwrap();
+        std::fs::write(dir.path().join("README.md"), "x").unwrap();
+        let mut event = gemini("read_many_files", json!({"include": ["README.md", "docs"]}));
+        event["cwd"] = json!(dir.path());
+        let asked = questions(Protocol::Gemini, event);
+        let (readme, docs) = (dir.path().join("README.md"), dir.path().join("docs/**/*"));
+        assert!(
+            matches!(&asked[..], [(_, Resource::File(a)), (_, Resource::File(b))]
+                if !a.pattern && a.path == readme.to_str().unwrap() && b.pattern && b.path == docs.to_str().unwrap()),
+            "{asked:?}"
+        );
+        let many: Vec<String> = (0..=MAX_PATHS).map(|i| format!("f{i}")).collect();
+        let call = parse(Protocol::Gemini, &gemini("read_many_files", json!({"include": many})).to_string());
+        assert!(matches!(call, Err(HookError::Refused(_))), "{call:?}");
+    }
+
+    #[test]
     fn what_is_not_an_event_is_refused() {
         assert!(ClaudeEvent::parse("not json").is_err());
         assert!(
             ClaudeEvent::parse(r#"{"hook_event_name":"PostToolUse","session_id":"a","cwd":"/","tool_name":"Bash"}"#)
                 .is_err()
         );
-        assert!(event("Bash", json!({})).request().is_err());
-        assert!(event("Read", json!({"file_path": ""})).request().is_err());
+        assert!(event("Bash", json!({})).touch().is_err());
+        assert!(event("Read", json!({"file_path": ""})).touch().is_err());
+        assert!(event("Glob", json!({})).touch().is_err());
     }
 
     #[test]
@@ -436,7 +613,9 @@ mod tests {
 
     fn proto(protocol: Protocol, event: Value) -> (ToolCall, warden_sdk::proto::AuthorizeRequest) {
         let call = parse(protocol, &event.to_string()).unwrap();
-        let request = call.request.clone().into_proto_request();
+        let mut asks = call.asks().unwrap();
+        assert_eq!(asks.len(), 1, "{asks:?}");
+        let request = asks.remove(0).request.into_proto_request();
         (call, request)
     }
 

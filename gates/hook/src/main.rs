@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use warden_hook::{MAX_EVENT_BYTES, Protocol, ToolCall, Verdict, explain, install, parse};
-use warden_sdk::{Actor, Client, Error};
+use warden_hook::decide::{self, unreachable_deny};
+use warden_hook::{MAX_EVENT_BYTES, Protocol, ToolCall, Verdict, install, parse};
+use warden_sdk::{Actor, Client};
 
 /// Put Warden in front of a coding agent: run as the agent's pre-tool hook.
 ///
@@ -169,7 +170,11 @@ fn hook(protocol: Protocol, max_wait: Duration) -> Verdict {
 
 async fn decide(protocol: Protocol, call: ToolCall, max_wait: Duration) -> Verdict {
     let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:50051".to_owned());
-    let tool = &call.tool;
+    // The filesystem as the agent sees it: what a search reads.
+    let asks = match call.asks() {
+        Ok(asks) => asks,
+        Err(e) => return Verdict::Deny(format!("Warden's hook: {e}: denied")),
+    };
     let Some(user) = user() else {
         return Verdict::Deny("Warden's hook does not know the user (set WARDEN_USER): denied".into());
     };
@@ -179,27 +184,7 @@ async fn decide(protocol: Protocol, call: ToolCall, max_wait: Duration) -> Verdi
         Ok(client) => client,
         Err(e) => return unreachable_deny(&endpoint, &e),
     };
-    match tokio::time::timeout(max_wait, client.check(&actor, call.request.clone())).await {
-        Ok(Ok(decision)) => {
-            Verdict::Allow(explain(&format!("Warden allowed `{tool}`"), &decision.policy_ids, &decision.reasons))
-        }
-        Ok(Err(Error::Denied(decision))) => {
-            let mut reasons = decision.reasons.clone();
-            if !decision.note.is_empty() {
-                reasons.push(format!("the approver said: {}", decision.note));
-            }
-            Verdict::Deny(explain(&format!("Warden denied `{tool}`"), &decision.policy_ids, &reasons))
-        }
-        Ok(Err(Error::NotApproved(decision))) => Verdict::Deny(format!(
-            "Warden: no approver answered in time for `{tool}` (approval {}): denied",
-            decision.approval_id
-        )),
-        Ok(Err(e)) => unreachable_deny(&endpoint, &e),
-        Err(_) => Verdict::Deny(format!(
-            "Warden: `{tool}` waited {} s for an approval, the hook's limit: denied",
-            max_wait.as_secs()
-        )),
-    }
+    decide::decide(&client, &actor, &call.tool, &asks, &decide::Limits { endpoint, max_wait }).await
 }
 
 /// `WARDEN_USER`, else the OS user: `USER`, `LOGNAME`, or what `id -un` says.
@@ -211,15 +196,6 @@ fn user() -> Option<String> {
         Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
             .filter(|u| output.status.success() && !u.is_empty())
     })
-}
-
-fn unreachable_deny(endpoint: &str, error: &Error) -> Verdict {
-    match error {
-        Error::Transport(_) | Error::Status(_) if error.is_transient() || matches!(error, Error::Transport(_)) => {
-            Verdict::Deny(format!("Warden is unreachable at {endpoint}: denied ({error})"))
-        }
-        other => Verdict::Deny(format!("Warden at {endpoint} gave no decision ({other}): denied")),
-    }
 }
 
 fn install_claude_code(

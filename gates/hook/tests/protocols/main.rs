@@ -1,46 +1,22 @@
 //! The `warden-hook` binary for each agent, fed the documented sample events
 //! of its protocol, against a real monitor with the bundled policies: what
-//! the agent reads on stdout, stderr and the exit code.
+//! the agent reads on stdout, stderr and the exit code. `searches`: search
+//! tools as reads of every file they can match.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+mod searches;
+mod support;
 
 use serde_json::{Value, json};
+use support::{HARNESS, hook_with};
 use warden_monitor::auth::{CredentialConfig, Role};
 use warden_monitor::server::{ServerConfig, start};
 
-const HARNESS: &str = "wdn_hook_protocol_harness";
-
 /// Runs `warden-hook <agent>` with `event` on stdin.
 fn hook(endpoint: &str, agent: &str, event: &Value) -> (String, String, i32) {
-    hook_with(endpoint, agent, event, &[])
+    hook_with(endpoint, agent, 5, event, &[])
 }
-
-/// [`hook`] with more environment.
-fn hook_with(endpoint: &str, agent: &str, event: &Value, env: &[(&str, &std::path::Path)]) -> (String, String, i32) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_warden-hook"))
-        .args([agent, "--max-wait", "5"])
-        .env("WARDEN_ENDPOINT", endpoint)
-        .env("WARDEN_TOKEN", HARNESS)
-        .env("WARDEN_USER", "alice")
-        .env_remove("WARDEN_CA_CERT")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(event.to_string().as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    (
-        String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-        String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        output.status.code().unwrap_or(-1),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_agent_gets_warden_s_answer_in_its_own_protocol() {
     let data = tempfile::tempdir().unwrap();
@@ -124,7 +100,7 @@ fn a_ca_named_for_a_plaintext_endpoint_denies_and_sends_nothing() {
     std::fs::write(&ca, "never read").unwrap();
     let event = json!({"session_id": "plain-1", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
         "tool_name": "Read", "tool_input": {"file_path": "/home/alice/project/src/main.rs"}});
-    let (stdout, stderr, code) = hook_with(&endpoint, "claude-code", &event, &[("WARDEN_CA_CERT", ca.as_path())]);
+    let (stdout, stderr, code) = hook_with(&endpoint, "claude-code", 5, &event, &[("WARDEN_CA_CERT", ca.as_path())]);
     let answer: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!((code, answer["hookSpecificOutput"]["permissionDecision"].as_str()), (0, Some("deny")), "{stderr}");
     let reason = answer["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap();
@@ -172,7 +148,7 @@ async fn an_https_endpoint_is_trusted_by_the_system_s_cas() {
             let empty = std::path::Path::new("/nonexistent");
             let mut env = vec![("SSL_CERT_FILE", store.as_path()), ("SSL_CERT_DIR", empty)];
             env.extend(named.as_deref().map(|ca| ("WARDEN_CA_CERT", ca)));
-            let (stdout, _, _) = hook_with(&endpoint, "claude-code", &event, &env);
+            let (stdout, _, _) = hook_with(&endpoint, "claude-code", 5, &event, &env);
             let answer = serde_json::from_str::<Value>(&stdout).unwrap();
             answer["hookSpecificOutput"]["permissionDecision"].as_str().unwrap().to_owned()
         })
