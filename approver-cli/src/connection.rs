@@ -38,10 +38,7 @@ impl Connection {
     pub(crate) fn token(&self) -> anyhow::Result<String> {
         match (&self.token, &self.token_file) {
             (Some(token), _) => Ok(token.trim().to_owned()),
-            (None, Some(path)) => Ok(std::fs::read_to_string(path)
-                .with_context(|| format!("reading the token file {}", path.display()))?
-                .trim()
-                .to_owned()),
+            (None, Some(path)) => Ok(warden_sdk::read_token_file(path)?),
             (None, None) => bail!("no token: give --token, --token-file, WARDEN_TOKEN or WARDEN_TOKEN_FILE"),
         }
     }

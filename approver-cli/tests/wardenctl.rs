@@ -496,6 +496,36 @@ async fn approvers_read_the_command_exactly_with_its_credentials_named() {
     server.stop().await.unwrap();
 }
 
+/// A token file others may read is refused, as ssh refuses such a key, and
+/// nothing is sent; the same file at 0600 works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_others_can_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let file = data.path().join("admin.token");
+    std::fs::write(&file, format!("{ADMIN}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let run = |file: std::path::PathBuf, endpoint: String| async move {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wardenctl"));
+        command.args(["--endpoint", &endpoint, "--token-file"]).arg(file).args(["policy", "status"]);
+        command.env_remove("WARDEN_TOKEN").env_remove("WARDEN_TOKEN_FILE");
+        tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
+    };
+    let refused = run(file.clone(), endpoint.clone()).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("may be read or written by others (mode 0640)") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let status = run(file, endpoint).await;
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    server.stop().await.unwrap();
+}
+
 /// `approvers enroll|list|revoke`: no link without the approval page; with
 /// it, a single-use link on the page's origin for an approver credential
 /// only; each step audited. A passkey approval says so in `approvals show`,

@@ -100,6 +100,9 @@ impl Setup {
         let tokens = self.root.path().join("my tokens");
         std::fs::create_dir_all(&tokens).unwrap();
         std::fs::write(tokens.join("harness.token"), format!("{HARNESS}\n")).unwrap();
+        // A token file others can read is refused, as ssh refuses such a key.
+        std::fs::set_permissions(tokens.join("harness.token"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden-hook"))
             .args(["install", "claude-code", "--print", "--max-wait", "90", "--endpoint", &self.endpoint])
             .arg("--token-file")

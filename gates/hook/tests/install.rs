@@ -103,6 +103,8 @@ async fn the_installed_entry_reaches_the_monitor_with_its_token_file() {
     let tokens = root.path().join("my tokens");
     std::fs::create_dir(&tokens).unwrap();
     std::fs::write(tokens.join("alice's harness.token"), format!("{HARNESS}\n")).unwrap();
+    std::fs::set_permissions(tokens.join("alice's harness.token"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
     let project = root.path().join("project");
     std::fs::create_dir(&project).unwrap();
     let settings = project.join(".claude/settings.json");

@@ -152,9 +152,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| warden_sdk::DEFAULT_ENDPOINT.to_owned());
         let token = match (std::env::var("WARDEN_TOKEN"), std::env::var("WARDEN_TOKEN_FILE")) {
             (Ok(token), _) => token,
-            (Err(_), Ok(path)) => {
-                std::fs::read_to_string(&path).with_context(|| format!("WARDEN_TOKEN_FILE {path}"))?
-            }
+            (Err(_), Ok(path)) => warden_sdk::read_token_file(&path).context("WARDEN_TOKEN_FILE")?,
             _ => bail!("no harness token: set WARDEN_TOKEN or WARDEN_TOKEN_FILE"),
         };
         // Lazy: the proxy starts while the monitor is down, and refuses

@@ -228,6 +228,14 @@ def test_configuration_errors_name_what_is_wrong(monkeypatch: pytest.MonkeyPatch
         warden.Client()
     with pytest.raises(warden.ConfigurationError, match="token_file"):
         warden.Client(token_file=tmp_path / "missing")
+    # A token file others can read is refused, as ssh refuses such a key.
+    shared = tmp_path / "shared.token"
+    shared.write_text("wdn_abc\n")
+    shared.chmod(0o644)
+    with pytest.raises(warden.ConfigurationError, match=r"read or written by others \(mode 0644\): chmod 600"):
+        warden.Client(token_file=shared)
+    shared.chmod(0o600)
+    warden.Client(token_file=shared)
     with pytest.raises(warden.ConfigurationError, match="endpoint `127.0.0.1:1`"):
         warden.Client("127.0.0.1:1", "t")
     with pytest.raises(warden.ConfigurationError, match="unix:/absolute/path"):

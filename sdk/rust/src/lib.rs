@@ -469,7 +469,7 @@ impl Client {
         let token = match (std::env::var("WARDEN_TOKEN"), std::env::var("WARDEN_TOKEN_FILE")) {
             (Ok(token), _) => token,
             (Err(_), Ok(path)) => {
-                std::fs::read_to_string(&path).map_err(|e| Error::Config(format!("WARDEN_TOKEN_FILE `{path}`: {e}")))?
+                read_token_file(&path).map_err(|e| Error::Config(format!("WARDEN_TOKEN_FILE: {e}")))?
             }
             _ => return Err(Error::Config("set WARDEN_TOKEN or WARDEN_TOKEN_FILE".into())),
         };
@@ -636,4 +636,28 @@ where
             Err(status) => return Err(Error::Status(status)),
         }
     }
+}
+
+/// Reads a token from the file at `path`, trimmed, refusing a file that
+/// anyone but its owner may read or write (mode bits `0o077`), as ssh
+/// refuses such a private key: a token is a password. The mode is read
+/// from the file that is read, so a swap between the check and the read
+/// does not slip through. Every client of the workspace reads token files
+/// through this.
+pub fn read_token_file(path: impl AsRef<std::path::Path>) -> Result<String, Error> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let path = path.as_ref();
+    let failed = |e: std::io::Error| Error::Config(format!("token file `{}`: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(failed)?;
+    let mode = file.metadata().map_err(failed)?.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(Error::Config(format!(
+            "token file `{}` may be read or written by others (mode {mode:04o}): `chmod 600` it, a token is a password",
+            path.display()
+        )));
+    }
+    let mut token = String::new();
+    file.read_to_string(&mut token).map_err(failed)?;
+    Ok(token.trim().to_owned())
 }

@@ -68,6 +68,23 @@ def _read(what: str, path: PathLike) -> bytes:
         raise ConfigurationError(f"{what} `{os.fspath(path)}`: {e.strerror or e}") from None
 
 
+def _read_token_file(path: PathLike) -> bytes:
+    """The token file's bytes, refusing a file anyone but its owner may read
+    or write (as ssh refuses such a private key: a token is a password). The
+    mode is that of the file read, not of a name looked up again."""
+    try:
+        with open(path, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode & 0o7777
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"token_file `{os.fspath(path)}`: may be read or written by others (mode {mode:04o}): "
+                    "chmod 600 it, a token is a password"
+                )
+            return file.read()
+    except OSError as e:
+        raise ConfigurationError(f"token_file `{os.fspath(path)}`: {e.strerror or e}") from None
+
+
 def _env_path(value: PathLike | None, name: str) -> PathLike | None:
     if value is not None:
         return value
@@ -98,7 +115,7 @@ def resolve(
         if token is None:
             token_file = os.environ.get("WARDEN_TOKEN_FILE") or None
     if token is None and token_file is not None:
-        token = _read("token_file", token_file).decode("utf-8", "replace")
+        token = _read_token_file(token_file).decode("utf-8", "replace")
     metadata: tuple[tuple[str, str], ...] = ()
     if token is not None:
         token = token.strip()
