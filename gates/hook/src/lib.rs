@@ -17,6 +17,7 @@
 
 pub mod decide;
 pub mod install;
+pub mod links;
 pub mod plan;
 pub mod touch;
 
@@ -33,7 +34,8 @@ pub enum HookError {
     /// Not the JSON the agent sends.
     #[error("the hook event is not valid: {0}")]
     Event(String),
-    /// A call Warden's hook will not ask about (too many paths).
+    /// A call Warden's hook will not ask about (too many paths, a path
+    /// whose links do not end).
     #[error("{0}")]
     Refused(String),
 }

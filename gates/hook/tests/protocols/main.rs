@@ -1,10 +1,12 @@
 //! The `warden-hook` binary for each agent, fed the documented sample events
 //! of its protocol, against a real monitor with the bundled policies: what
 //! the agent reads on stdout, stderr and the exit code. `searches`: search
-//! tools as reads of every file they can match.
+//! tools as reads of every file they can match; `links`: file tools decided
+//! where their symbolic links lead.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+mod links;
 mod searches;
 mod support;
 
