@@ -251,7 +251,7 @@ fn reader_gone(error: &anyhow::Error) -> bool {
 }
 
 /// Says where the installed hook will find its token when the entry names
-/// no file, or when the file named cannot be read now.
+/// no file, or why the file named cannot be used now.
 fn warn_about_the_token(token_file: Option<&Path>) {
     match token_file {
         None => eprintln!(
@@ -259,12 +259,13 @@ fn warn_about_the_token(token_file: Option<&Path>) {
              WARDEN_TOKEN or WARDEN_TOKEN_FILE from the environment Claude Code runs in, and deny every tool call \
              without one"
         ),
+        // Read as the hook will read it (the SDK refuses a file others may
+        // read or write); the value goes no further.
         Some(file) => {
-            if let Err(e) = std::fs::File::open(file) {
+            if let Err(e) = warden_sdk::read_token_file(file) {
                 eprintln!(
-                    "warden-hook: warning: the token file {} cannot be read now ({e}); the hook denies every tool \
-                     call until the user Claude Code runs as can read it",
-                    file.display()
+                    "warden-hook: warning: the token file cannot be used now ({e}); the hook denies every tool call \
+                     until it can be, read as the user Claude Code runs as"
                 );
             }
         }

@@ -237,11 +237,20 @@ fn a_token_s_value_is_never_written_and_a_missing_token_file_is_said() {
     assert!(command.starts_with(&format!("WARDEN_ENDPOINT={} ", warden_sdk::DEFAULT_ENDPOINT)), "{command}");
     assert!(!command.contains("WARDEN_TOKEN"), "{command}");
 
-    // A token file that cannot be read now: installed, with a warning.
+    // A token file that cannot be used now: installed, with a warning
+    // saying why; the hook reads it as every client does.
     let output = install(root.path(), &["--dir", ".", "--token-file", "missing.token"], &[]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(stderr.contains("cannot be read now"), "{stderr}");
+    assert!(stderr.contains("cannot be used now") && stderr.contains("missing.token"), "{stderr}");
+    std::fs::write(root.path().join("open.token"), "wdn_open_token\n").unwrap();
+    std::fs::set_permissions(root.path().join("open.token"), std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .unwrap();
+    let output = install(root.path(), &["--dir", ".", "--token-file", "open.token"], &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot be used now") && stderr.contains("chmod 600"), "{stderr}");
+    assert!(!stderr.contains("wdn_open_token"), "{stderr}");
     assert_eq!(entries(&settings).len(), 1);
 }
 
