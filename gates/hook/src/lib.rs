@@ -20,6 +20,7 @@ pub mod install;
 pub mod links;
 pub mod plan;
 pub mod touch;
+pub mod urls;
 
 use serde_json::{Value, json};
 use touch::{Access, Touch, join};
@@ -34,8 +35,8 @@ pub enum HookError {
     /// Not the JSON the agent sends.
     #[error("the hook event is not valid: {0}")]
     Event(String),
-    /// A call Warden's hook will not ask about (too many paths, a path
-    /// whose links do not end).
+    /// A call Warden's hook will not ask about (too many paths or URLs, a
+    /// path whose links do not end).
     #[error("{0}")]
     Refused(String),
 }
@@ -310,15 +311,31 @@ fn gemini(text: &str) -> Result<ToolCall, HookError> {
                 text_field(&input, &["file_path", "absolute_path", "path"]).ok_or_else(|| missing("file_path"))?;
             vec![Touch::File { access: Access::Write, path: path.to_owned() }]
         }
+        // Every URL of the prompt is fetched (and the experimental direct
+        // `url`): each is asked about.
         "web_fetch" => {
-            // The tool fetches the URLs its prompt names; the first is asked.
-            let prompt = text_field(&input, &["prompt", "url"]).ok_or_else(|| missing("prompt"))?;
-            vec![Touch::Request(
-                match prompt.split_whitespace().find(|w| w.starts_with("https://") || w.starts_with("http://")) {
-                    Some(url) => ActionRequest::http("GET", url.trim_end_matches([',', '.', ')', ']', '"', '\''])),
-                    None => ActionRequest::call_tool("gemini-cli", tool, input.to_string()),
-                },
-            )]
+            let (prompt, direct) = (text_field(&input, &["prompt"]), text_field(&input, &["url"]));
+            if prompt.is_none() && direct.is_none() {
+                return Err(missing("prompt"));
+            }
+            let mut found: Vec<String> = direct.map(str::to_owned).into_iter().collect();
+            for url in urls::urls_in(prompt.unwrap_or_default()) {
+                if !found.contains(&url) {
+                    found.push(url);
+                }
+            }
+            if found.len() > urls::MAX_URLS {
+                return Err(HookError::Refused(format!(
+                    "`{tool}`'s prompt names {} URLs, more than the {} Gemini CLI fetches and Warden's hook asks about",
+                    found.len(),
+                    urls::MAX_URLS
+                )));
+            }
+            if found.is_empty() {
+                vec![Touch::Request(ActionRequest::call_tool("gemini-cli", tool, input.to_string()))]
+            } else {
+                found.into_iter().map(Touch::Url).collect()
+            }
         }
         name => vec![Touch::Request(match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
             Some((server, mcp_tool)) if !server.is_empty() && !mcp_tool.is_empty() => {
@@ -661,7 +678,8 @@ mod tests {
         );
         let (_, request) =
             proto(Protocol::Gemini, base("web_fetch", json!({"prompt": "summarize https://x.dev/post, please"})));
-        assert!(matches!(request.resource, Some(Resource::Http(h)) if h.url == "https://x.dev/post"));
+        // The URL as Gemini CLI 0.61.0 reads it: the whole piece.
+        assert!(matches!(request.resource, Some(Resource::Http(h)) if h.url == "https://x.dev/post,"));
         let (_, request) = proto(Protocol::Gemini, base("mcp__github__create_issue", json!({"title": "t"})));
         assert!(
             matches!(request.resource, Some(Resource::Tool(t)) if t.server == "github" && t.name == "create_issue")

@@ -48,6 +48,7 @@ impl ToolCall {
                     }
                 }
                 Touch::Pattern(pattern) => asks.pattern(&touch::join(&self.cwd, pattern), &self.cwd)?,
+                Touch::Url(url) => asks.push(ActionRequest::http("GET", url), Some(url.clone())),
             }
         }
         if asks.0.len() > MAX_ASKS {

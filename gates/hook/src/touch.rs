@@ -46,6 +46,8 @@ pub enum Touch {
     /// Every file a pattern of names can match (`/w/src/*.rs`), absolute
     /// or relative to the call's folder.
     Pattern(String),
+    /// A GET of one URL of several, named in the reason.
+    Url(String),
 }
 
 /// Whether `text` holds a character a glob reads as a pattern.

@@ -9,6 +9,7 @@
 mod links;
 mod searches;
 mod support;
+mod urls;
 
 use serde_json::{Value, json};
 use support::{HARNESS, hook_with};
