@@ -11,6 +11,12 @@
 //! (`wardenctl approvers confirm NAME KEY`), having heard its key id from
 //! the approver: a leaked link enrols nothing that counts.
 //!
+//! Signing in names nobody: passkeys are discoverable (enrolment requires a
+//! resident key), the sign-in's request lists no credential, and the
+//! approver is found by the credential the assertion names, among
+//! confirmed passkeys only. Whoever asks to sign in learns neither who the
+//! approvers are nor their credential ids.
+//!
 //! Nobody signed in can hold memory here: a sign-in's challenge is made
 //! without state (a timestamp and a nonce, authenticated with a key of this
 //! process) and only an assertion that verifies is remembered, to be taken
@@ -247,16 +253,22 @@ fn hmac(key: &[u8; 32], message: &[&[u8]]) -> [u8; 32] {
     outer.finalize().into()
 }
 
-/// The JSON of a value whose WebAuthn challenge is replaced by `challenge`
-/// at `path` (webauthn-rs draws its own; ours are derived).
-fn with_challenge(value: &impl Serialize, path: &[&str], challenge: &[u8]) -> Result<serde_json::Value, PasskeyError> {
-    let mut json = serde_json::to_value(value).map_err(|e| PasskeyError::Unavailable(e.to_string()))?;
-    let mut at = &mut json;
+/// Sets the field at `path` (which must exist) of `json` to `value`.
+fn set(json: &mut serde_json::Value, path: &[&str], value: serde_json::Value) -> Result<(), PasskeyError> {
+    let mut at = json;
     for step in path {
         at =
             at.get_mut(*step).ok_or_else(|| PasskeyError::Unavailable(format!("no `{step}` in the WebAuthn state")))?;
     }
-    *at = serde_json::Value::String(URL_SAFE_NO_PAD.encode(challenge));
+    *at = value;
+    Ok(())
+}
+
+/// The JSON of a value whose WebAuthn challenge is replaced by `challenge`
+/// at `path` (webauthn-rs draws its own; ours are derived).
+fn with_challenge(value: &impl Serialize, path: &[&str], challenge: &[u8]) -> Result<serde_json::Value, PasskeyError> {
+    let mut json = serde_json::to_value(value).map_err(|e| PasskeyError::Unavailable(e.to_string()))?;
+    set(&mut json, path, serde_json::Value::String(URL_SAFE_NO_PAD.encode(challenge)))?;
     Ok(json)
 }
 
@@ -416,7 +428,13 @@ impl Book {
             .start_passkey_registration(Uuid::from_bytes(handle), &link.name, &link.name, Some(existing))
             .map_err(|e| PasskeyError::Refused(format!("cannot start a registration: {e}")))?;
         link.registration = Some(registration);
-        let options = serde_json::to_value(options).map_err(|e| PasskeyError::Unavailable(e.to_string()))?;
+        let mut options = serde_json::to_value(options).map_err(|e| PasskeyError::Unavailable(e.to_string()))?;
+        // A discoverable credential (a resident key): signing in names
+        // nobody, so the authenticator must find the passkey by itself.
+        // webauthn-rs's passkeys discourage one; the browser enforces this.
+        let selection = ["publicKey", "authenticatorSelection"];
+        set(&mut options, &[&selection[..], &["residentKey"]].concat(), "required".into())?;
+        set(&mut options, &[&selection[..], &["requireResidentKey"]].concat(), true.into())?;
         Ok((link.name.clone(), options))
     }
 
@@ -439,6 +457,15 @@ impl Book {
         let registration = link
             .registration
             .ok_or_else(|| PasskeyError::Refused("the registration was not started from this link".into()))?;
+        // What the browser says of it (`credProps`, where it tells): one
+        // the authenticator does not keep could never sign in.
+        if credential.extensions.cred_props.as_ref().and_then(|p| p.rk) == Some(false) {
+            return Err(PasskeyError::Refused(
+                "this passkey is not discoverable (kept on the authenticator), so it could never sign in: \
+                 use an authenticator that keeps passkeys, and ask an admin for a new link"
+                    .into(),
+            ));
+        }
         let passkey = party
             .webauthn
             .finish_passkey_registration(credential, &registration)
@@ -504,22 +531,23 @@ impl Book {
         Ok(removed)
     }
 
-    fn confirmed(enrolled: &[Enrolled], name: Option<&str>) -> Vec<Passkey> {
-        enrolled.iter().filter(|e| e.confirmed && name.is_none_or(|n| e.name == n)).map(|e| e.passkey.clone()).collect()
+    fn confirmed(enrolled: &[Enrolled], name: &str) -> Vec<Passkey> {
+        enrolled.iter().filter(|e| e.confirmed && e.name == name).map(|e| e.passkey.clone()).collect()
     }
 
-    /// Starts a sign-in with any confirmed passkey: the options for
-    /// `navigator.credentials.get`, whose challenge is a timestamp and a
-    /// nonce under this process's key. Nothing is kept.
+    /// Starts a sign-in: the options for `navigator.credentials.get`, for
+    /// any discoverable passkey (an empty `allowCredentials`: whoever asks
+    /// learns nothing of who the approvers are or of their credentials),
+    /// user verification required, and a challenge that is a timestamp and
+    /// a nonce under this process's key. Nothing is kept, nothing is read.
     pub(crate) fn start_sign_in(&self) -> Result<serde_json::Value, PasskeyError> {
         let party = self.party()?;
-        let passkeys = Self::confirmed(&lock(&self.enrolled), None);
-        if passkeys.is_empty() {
-            return Err(PasskeyError::Gone("no confirmed passkey: ask an admin for an enrolment link".into()));
-        }
+        // webauthn-rs's passkey request over no credential: the same request
+        // as its discoverable one (behind its `conditional-ui` feature),
+        // which would also ask for the browser's autofill mediation.
         let (options, _) = party
             .webauthn
-            .start_passkey_authentication(&passkeys)
+            .start_passkey_authentication(&[])
             .map_err(|e| PasskeyError::Refused(format!("cannot start a sign-in: {e}")))?;
         let stamp = self.now_ms().to_be_bytes();
         let nonce = random::<16>()?;
@@ -557,7 +585,7 @@ impl Book {
     ) -> Result<(String, serde_json::Value), PasskeyError> {
         let party = self.party()?;
         let signed_in = self.signed_in(session)?;
-        let passkeys = Self::confirmed(&lock(&self.enrolled), Some(&signed_in.name));
+        let passkeys = Self::confirmed(&lock(&self.enrolled), &signed_in.name);
         let (options, state) = party
             .webauthn
             .start_passkey_authentication(&passkeys)
@@ -624,6 +652,10 @@ impl Book {
     }
 
     /// Finishes a sign-in: a cookie value for the page and the sign-in.
+    ///
+    /// The approver is the one whose confirmed passkey has the credential
+    /// id the assertion names, verified with that passkey's public key (the
+    /// user handle beside it is not signed, so it decides nothing).
     pub(crate) fn finish_sign_in(
         &self,
         credential: &PublicKeyCredential,
@@ -633,10 +665,19 @@ impl Book {
         let challenge = signed_challenge(credential)
             .ok_or_else(|| PasskeyError::Refused("no challenge in the assertion".into()))?;
         self.sign_in_challenge(&challenge)?;
-        let passkeys = Self::confirmed(&lock(&self.enrolled), None);
+        let passkey = lock(&self.enrolled)
+            .iter()
+            .find(|e| e.confirmed && constant_time_eq(e.passkey.cred_id().as_ref(), credential.raw_id.as_ref()))
+            .map(|e| e.passkey.clone())
+            .ok_or_else(|| {
+                PasskeyError::Refused(
+                    "no confirmed passkey has this credential: ask an admin to confirm yours, or for an enrolment link"
+                        .into(),
+                )
+            })?;
         let (_, state) = party
             .webauthn
-            .start_passkey_authentication(&passkeys)
+            .start_passkey_authentication(std::slice::from_ref(&passkey))
             .map_err(|e| PasskeyError::Refused(format!("no passkey to sign in with: {e}")))?;
         let state = state_with(&state, &challenge)?;
         let (cookie, hash) = secret()?;

@@ -570,47 +570,4 @@ async fn connection(stream: tokio::net::TcpStream, acceptor: Option<tokio_rustls
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(text: &str) -> SocketAddr {
-        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
-
-    #[test]
-    fn plain_http_is_loopback_only_and_https_needs_tls() {
-        let origin =
-            |a: &str, configured: Option<&str>, tls: bool| origin_for(addr(a), configured, tls).map(|u| u.to_string());
-        assert_eq!(origin("127.0.0.1:8443", None, false).as_deref(), Ok("http://localhost:8443/"));
-        assert_eq!(origin("[::1]:8443", None, false).as_deref(), Ok("http://localhost:8443/"));
-        for (a, configured, tls, why) in [
-            ("0.0.0.0:8443", None, false, "localhost only"),
-            ("0.0.0.0:8443", Some("http://localhost:8443"), false, "localhost only"),
-            ("127.0.0.1:8443", Some("https://warden.example.com"), false, "no tls_cert"),
-            ("0.0.0.0:8443", None, true, "needs web_origin"),
-            ("0.0.0.0:8443", Some("http://warden.example.com"), true, "https on a DNS name"),
-            ("0.0.0.0:8443", Some("http://localhost:8443"), true, "https on a DNS name"),
-            ("127.0.0.2:8443", None, false, "127.0.0.1 or [::1]"),
-            ("127.0.0.1:8443", Some("http://localhost:9999"), false, "another port"),
-            ("0.0.0.0:8443", Some("https://warden.example.com/approvals"), true, "only scheme, host and port"),
-        ] {
-            let error = origin(a, configured, tls).expect_err(a);
-            assert!(error.contains(why), "{a} {configured:?} {tls}: {error}");
-        }
-        assert_eq!(
-            origin("0.0.0.0:8443", Some("https://warden.example.com:8443"), true).as_deref(),
-            Ok("https://warden.example.com:8443/")
-        );
-    }
-
-    #[test]
-    fn what_an_agent_wrote_is_shown_with_its_hidden_characters_escaped() {
-        let mut value =
-            json!({ "why": "fine \u{202e}txt.exe", "argv": ["a\u{2066}b", "c\u{7}"], "n": 1, "lines": "a\nb\tc" });
-        visible(&mut value);
-        assert_eq!(
-            value,
-            json!({ "why": "fine \\u{202e}txt.exe", "argv": ["a\\u{2066}b", "c\\u{7}"], "n": 1, "lines": "a\nb\tc" })
-        );
-    }
-}
+mod tests;
