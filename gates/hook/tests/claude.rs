@@ -355,3 +355,35 @@ async fn claude_code_plans_and_delegates_and_its_sub_agent_is_asked_about_too() 
         "{decisions:#?}"
     );
 }
+
+/// Claude Code's own Read through the hook (2.1.328): a link in the
+/// workspace to an SSH key is decided where it leads, denied; a file
+/// without links is read. (Claude Code offers no Grep or Glob here: they
+/// need ripgrep, which this machine lacks; `protocols::searches` feeds the
+/// hook their events.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_reads_through_a_link_where_the_link_leads() {
+    let Some(claude) = claude_or_skip().unwrap() else { return };
+    let setup = Setup::start().await;
+    let workspace = setup.workspace();
+    std::fs::write(workspace.join("notes.txt"), "hello from the notes\n").unwrap();
+    let key = setup.root.path().join("home/.ssh/id_rsa");
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::fs::write(&key, "PRIVATE KEY\n").unwrap();
+    std::os::unix::fs::symlink(&key, workspace.join("key.txt")).unwrap();
+
+    let model = ScriptedModel::start(vec![
+        Step::tool_use("Read", json!({"file_path": workspace.join("key.txt")})),
+        Step::tool_use("Read", json!({"file_path": workspace.join("notes.txt")})),
+        Step::text("done"),
+    ])
+    .await
+    .unwrap();
+    let output = setup.claude(&claude, &hook()).run(&model).await.unwrap();
+    let results = model.tool_results();
+    assert_eq!(results.len(), 2, "{results:#?}\n{}\n{}", output.stdout, output.stderr);
+    assert!(results[0].is_error && results[0].content.contains("files.no-credentials"), "{results:#?}");
+    assert!(results[0].content.contains(key.to_str().unwrap()), "{results:#?}");
+    assert!(!results[0].content.contains("PRIVATE KEY"), "{results:#?}");
+    assert!(!results[1].is_error && results[1].content.contains("hello from the notes"), "{results:#?}");
+}
