@@ -21,10 +21,12 @@ pub struct Limits {
 }
 
 /// The verdict on `asks` (the questions of the tool `tool`). All are asked
-/// before any approval is waited for, so that a denied one never keeps a
-/// person approving another in vain; an approval then waited for is asked
-/// again under the same request id, which the monitor answers with the
-/// same approval.
+/// before any approval is waited for, so that the hook never waits on a
+/// person for a call that another answer denies (an approval asked for
+/// before the denial is left to expire, nobody waiting on it); an approval
+/// is then waited for by asking again under the same request id, which the
+/// monitor answers with the same approval. Each approval is its own: a
+/// call with two waiting questions needs both approved.
 pub async fn decide(client: &Client, actor: &Actor, tool: &str, asks: &[Ask], limits: &Limits) -> Verdict {
     let deadline = Instant::now() + limits.max_wait;
     let waited = |pending: Option<&Decision>| {
