@@ -729,6 +729,14 @@ impl Book {
             .ok_or_else(|| PasskeyError::Gone("sign in with your passkey".into()))
     }
 
+    /// How many approval ceremonies are open.
+    #[cfg(test)]
+    pub(crate) fn ceremonies_open(&self) -> usize {
+        let mut open = lock(&self.open);
+        open.sweep(Instant::now());
+        open.ceremonies.len()
+    }
+
     /// Ends a sign-in.
     pub(crate) fn sign_out(&self, cookie: &str) {
         let mut open = lock(&self.open);

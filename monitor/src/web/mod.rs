@@ -20,7 +20,7 @@ use serde_json::json;
 use webauthn_rs::prelude::{PublicKeyCredential, RegisterPublicKeyCredential, Url};
 
 use crate::auth::Credentials;
-use crate::model::ApprovalRecord;
+use crate::model::{ApprovalRecord, ApprovalState};
 use crate::passkeys::{Binding, Book, PasskeyError, constant_time_eq};
 use crate::service::{CallError, Monitor, Resolution, unix_ns};
 
@@ -391,6 +391,22 @@ async fn list(State(page): State<Page>, headers: HeaderMap) -> Answer {
     Ok(Json(json!({ "approvals": pending })).into_response())
 }
 
+/// An approval that no longer waits (resolved, or past its deadline while
+/// the sweeper has yet to mark it) is refused as a conflict, naming how it
+/// ended, before any challenge is bound to it. (A ceremony's finish is
+/// refused the same way by `Monitor::resolve`, which checks under its lock.)
+fn still_pending(approval: &ApprovalRecord, now_unix_ns: i64) -> Result<(), Refusal> {
+    let how = match approval.state {
+        ApprovalState::Pending if now_unix_ns < approval.expires_unix_ns => return Ok(()),
+        ApprovalState::Pending | ApprovalState::Expired => {
+            format!("it expired at {}", crate::service::format_time(approval.expires_unix_ns))
+        }
+        ApprovalState::Approved => format!("it was approved by `{}`", approval.resolved_by),
+        ApprovalState::Denied => format!("it was denied by `{}`", approval.resolved_by),
+    };
+    Err(Refusal(StatusCode::CONFLICT, format!("approval `{}` is no longer pending: {how}", approval.approval_id)))
+}
+
 #[derive(Deserialize)]
 struct ResolveStart {
     approve: bool,
@@ -405,6 +421,8 @@ async fn resolve_start(
     let (cookie, _) = page.session(&headers, true)?;
     let monitor = page.monitor()?;
     let approval = monitor.approval(&id)?;
+    // No challenge for an approval that no longer waits.
+    still_pending(&approval, unix_ns(monitor.now()))?;
     // Bound to the request as it is stored now: the hash is checked again
     // when the approval is resolved.
     let binding = Binding {

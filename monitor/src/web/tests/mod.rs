@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use axum::body::Body;
 
 use super::*;
-use crate::auth::{CredentialConfig, Role};
+use crate::auth::{CredentialConfig, Role, UserScope};
 use crate::service::{Clock, MonitorConfig, Shutdown};
 
 mod authenticator;
+mod resolve;
 mod signin;
 
 use authenticator::Authenticator;
@@ -77,7 +78,9 @@ struct Tab {
 
 struct Fixture {
     monitor: Arc<Monitor>,
+    credentials: Arc<Credentials>,
     router: axum::Router,
+    offset_ns: Arc<AtomicI64>,
     _closer: crate::store::StoreCloser,
     _dir: tempfile::TempDir,
 }
@@ -121,7 +124,11 @@ impl Fixture {
         let credentials =
             Arc::new(Credentials::new(&[approver("ops", "ops"), approver("release", "release-managers")]).unwrap());
         let router = router(&monitor, Arc::clone(&credentials), &origin);
-        Self { monitor, router, _closer: closer, _dir: dir }
+        Self { monitor, credentials, router, offset_ns, _closer: closer, _dir: dir }
+    }
+
+    fn advance(&self, by: std::time::Duration) {
+        self.offset_ns.fetch_add(i64::try_from(by.as_nanos()).unwrap(), Ordering::SeqCst);
     }
 
     /// A request to the page from the page's origin, as `tab` when given:
@@ -200,5 +207,28 @@ impl Fixture {
             Tab { cookie, csrf: done["csrf"].as_str().unwrap().to_owned() }
         });
         (status, done, tab)
+    }
+
+    /// Has the harness ask to run `argv`: the decision.
+    async fn ask(&self, argv: &[&str]) -> crate::model::DecisionRecord {
+        let harness = crate::auth::Caller {
+            name: "harness".into(),
+            role: Role::Harness,
+            users: UserScope::All,
+            groups: UserScope::All,
+            rate: None,
+        };
+        let input = crate::normalize::RequestInput {
+            request_id: String::new(),
+            actor: crate::normalize::Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() },
+            action: "exec".into(),
+            resource: crate::normalize::ResourceInput::Command {
+                argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+                cwd: "/home/alice".into(),
+            },
+            justification: String::new(),
+            context_json: String::new(),
+        };
+        self.monitor.authorize(&harness, input).await.unwrap()
     }
 }
