@@ -121,15 +121,34 @@ pub struct Defaults {
 }
 
 impl Defaults {
-    /// From `WARDEN_USER`, `WARDEN_AGENT`, `WARDEN_SESSION`, `USER`.
+    /// From `WARDEN_USER` (else the OS user, as `warden-hook` finds it),
+    /// `WARDEN_AGENT`, `WARDEN_SESSION`.
     pub fn from_env() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         Self {
-            user: var("WARDEN_USER").or_else(|| var("USER")).or_else(|| var("LOGNAME")).unwrap_or_default(),
+            user: user_from(var, os_user).unwrap_or_default(),
             agent: var("WARDEN_AGENT").unwrap_or_else(|| DEFAULT_AGENT.to_owned()),
             session: var("WARDEN_SESSION"),
         }
     }
+}
+
+/// The user to act for: `WARDEN_USER`, else the OS user: `USER`, `LOGNAME`,
+/// else what `os_user` finds (a process started without a login
+/// environment, by a service manager or an MCP client that passes few
+/// variables, has neither). `var` gives a variable's value, `None` when it
+/// is unset or blank.
+pub fn user_from(var: impl Fn(&str) -> Option<String>, os_user: impl FnOnce() -> Option<String>) -> Option<String> {
+    ["WARDEN_USER", "USER", "LOGNAME"].into_iter().find_map(var).or_else(os_user)
+}
+
+/// The name of the user this process runs as, by `id -un` (which asks the
+/// system's user database, as `warden-hook` does); `None` when it cannot
+/// tell.
+pub fn os_user() -> Option<String> {
+    let output = std::process::Command::new("id").arg("-un").stdin(std::process::Stdio::null()).output().ok()?;
+    let name = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    (output.status.success() && !name.is_empty()).then_some(name)
 }
 
 /// The agent kind when none is configured.
@@ -267,7 +286,9 @@ impl Config {
             }
         }
         if self.user.trim().is_empty() {
-            return Err(ConfigError::Invalid("no user: set `user` or WARDEN_USER".into()));
+            return Err(ConfigError::Invalid(
+                "no user to act for: set WARDEN_USER (or `user` in the configuration); neither USER, LOGNAME nor `id -un` named this process's user".into(),
+            ));
         }
         for client in &self.clients {
             let hex_ok = client.token_sha256.len() == 64 && client.token_sha256.chars().all(|c| c.is_ascii_hexdigit());
@@ -356,5 +377,34 @@ mod tests {
         assert!(Config::single("everything", &[], defaults()).is_err());
         let nobody = Defaults { user: String::new(), ..defaults() };
         assert!(Config::single("everything", &command, nobody).unwrap_err().to_string().contains("WARDEN_USER"));
+    }
+
+    #[test]
+    fn the_user_is_warden_user_else_the_os_user() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned())
+        };
+        let os = || Some("from-id".to_owned());
+        let all = env(&[("WARDEN_USER", "wu"), ("USER", "u"), ("LOGNAME", "l")]);
+        assert_eq!(user_from(all, os).as_deref(), Some("wu"));
+        assert_eq!(user_from(env(&[("USER", "u"), ("LOGNAME", "l")]), os).as_deref(), Some("u"));
+        assert_eq!(user_from(env(&[("LOGNAME", "l")]), os).as_deref(), Some("l"));
+        assert_eq!(user_from(env(&[]), os).as_deref(), Some("from-id"));
+        assert_eq!(user_from(env(&[]), || None), None);
+    }
+
+    #[test]
+    fn the_os_user_is_who_this_process_runs_as() {
+        // Told apart another way: the owner of this process, by its uid,
+        // in the password file (when the user is there, not only in LDAP
+        // and the like).
+        use std::os::unix::fs::MetadataExt as _;
+        let uid = std::fs::metadata("/proc/self").unwrap().uid().to_string();
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let listed = passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.get(2) == Some(&uid.as_str()));
+        let found = os_user().expect("`id -un` names this process's user");
+        if let Some(fields) = listed {
+            assert_eq!(found, fields[0]);
+        }
     }
 }

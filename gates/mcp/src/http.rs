@@ -18,7 +18,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HttpClient;
-use crate::gateway::{Connection, Shared};
+use crate::gateway::{Connection, Gateway, Shared};
 
 /// The path the MCP endpoint is served on.
 pub const PATH: &str = "/mcp";
@@ -95,7 +95,7 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, stop:
         StreamableHttpServerConfig::default().enforce_origin_validation().with_cancellation_token(stop.child_token());
     let factory = {
         let shared = Arc::clone(&shared);
-        move || Ok(Connection::new(Arc::clone(&shared)))
+        move || Ok(Gateway::new(Connection::new(Arc::clone(&shared))))
     };
     let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(factory, Arc::clone(&sessions), config);
@@ -128,7 +128,7 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, stop:
 }
 
 async fn handle(
-    service: &StreamableHttpService<Connection, LocalSessionManager>,
+    service: &StreamableHttpService<Gateway, LocalSessionManager>,
     shared: &Shared,
     clients: &Clients,
     sessions: &LocalSessionManager,

@@ -1,5 +1,6 @@
 //! `warden-mcp`: the MCP gateway's command line.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,14 +44,7 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        // stdout is the MCP channel.
-        .with_writer(std::io::stderr)
-        .init();
+    init_tracing();
     let flags = Flags::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -59,16 +53,48 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(flags)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("warden-mcp: {e:#}");
-            ExitCode::FAILURE
+    runtime.block_on(async {
+        let listen = flags.listen;
+        let shared = match setup(flags).await {
+            Ok(shared) => shared,
+            Err(e) => {
+                eprintln!("warden-mcp: {e:#}");
+                // An MCP client shows its server's answers, not its stderr:
+                // over stdio, every request it makes is answered with why
+                // (unless a person started this in a terminal).
+                if listen.is_none()
+                    && !std::io::stdin().is_terminal()
+                    && let Err(e) = warden_mcp::serve_refusal_stdio(format!("{e:#}")).await
+                {
+                    eprintln!("warden-mcp: {e:#}");
+                }
+                return ExitCode::FAILURE;
+            }
+        };
+        match serve(listen, shared).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("warden-mcp: {e:#}");
+                ExitCode::FAILURE
+            }
         }
-    }
+    })
 }
 
-async fn run(flags: Flags) -> anyhow::Result<()> {
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        // stdout is the MCP channel.
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// The configuration, the actor's defaults and the monitor's client: what
+/// the gateway needs before it can serve.
+async fn setup(flags: Flags) -> anyhow::Result<Arc<Shared>> {
     // reqwest (for streamable-HTTP upstreams) is built without a default
     // crypto provider; ring is the one the rest of the workspace uses.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -88,8 +114,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("no harness token: set WARDEN_TOKEN or WARDEN_TOKEN_FILE (or --token-file)"),
     };
     let warden = warden_sdk::Client::connect_lazy(endpoint.clone(), &token).await?;
-    let shared = Arc::new(Shared { config, warden, endpoint });
-    match flags.listen {
+    Ok(Arc::new(Shared::new(config, warden, endpoint)))
+}
+
+async fn serve(listen: Option<std::net::SocketAddr>, shared: Arc<Shared>) -> anyhow::Result<()> {
+    match listen {
         None => warden_mcp::serve_stdio(shared).await,
         Some(addr) => {
             if !addr.ip().is_loopback() {

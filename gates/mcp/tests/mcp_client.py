@@ -13,6 +13,10 @@ plus optional keys:
   "timeout": per-request read timeout in seconds (default 30)
   "capabilities": subset of ["roots", "sampling", "elicitation"] to declare (default none);
                   roots -> plan "roots" list, sampling -> canned reply, elicitation -> decline.
+  "log_level": a logging level the client asks for (at 2026-07-28 stamped into every request's
+               `_meta`; before, nothing is sent unless a "set_log_level" step asks).
+  "env_exact": true -> a stdio server gets exactly "env" (the SDK otherwise adds HOME, LOGNAME,
+               PATH, SHELL, TERM and USER from this process's environment).
   "steps": list of {"op": ...}; see run_step() for the ops and their output lines.
 
 Output: one JSON object per line per step (flushed), then
@@ -33,9 +37,11 @@ from typing import Any
 
 import anyio
 import mcp.client.session as _session_mod
+import mcp.client.stdio as _stdio_mod
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated, ToolsListChanged
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -76,21 +82,35 @@ class Notifications:
     def event(self, method: str) -> anyio.Event:
         return self.events.setdefault(method, anyio.Event())
 
-    async def handler(self, message: Any) -> None:
-        if isinstance(message, Exception):  # transport-level fault: log only
-            print(f"mcp_client: transport exception: {message!r}", file=sys.stderr, flush=True)
-            return
-        method = message.method
+    def record(self, method: str) -> None:
         if method not in self.counts:
             self.order.append(method)
         self.counts[method] = self.counts.get(method, 0) + 1
         self.event(method).set()
+
+    async def handler(self, message: Any) -> None:
+        if isinstance(message, Exception):  # transport-level fault: log only
+            print(f"mcp_client: transport exception: {message!r}", file=sys.stderr, flush=True)
+            return
+        self.record(message.method)
+
+
+LISTEN_EVENTS = {
+    ToolsListChanged: "notifications/tools/list_changed",
+    PromptsListChanged: "notifications/prompts/list_changed",
+    ResourcesListChanged: "notifications/resources/list_changed",
+    ResourceUpdated: "notifications/resources/updated",
+}
+"""What a `subscriptions/listen` event is recorded as, prefixed `listen:` (2026-07-28)."""
 
 
 def make_transport(plan: dict[str, Any]) -> Any:
     """Build what `Client(...)` connects to: stdio parameters or a streamable-HTTP transport."""
     kind = plan.get("transport", "stdio")
     if kind == "stdio":
+        if plan.get("env_exact"):
+            # The SDK merges get_default_environment() under "env"; it has no parameter to stop that.
+            _stdio_mod.get_default_environment = dict
         return StdioServerParameters(command=plan["command"], args=plan.get("args", []), env=plan.get("env"))
     if kind == "http":
 
@@ -158,7 +178,7 @@ async def paginate(fetch: Any, field: str) -> list[Any]:
             return items
 
 
-async def run_step(client: Client, notes: Notifications, step: dict[str, Any]) -> dict[str, Any]:
+async def run_step(client: Client, notes: Notifications, step: dict[str, Any], background: Any) -> dict[str, Any]:
     op = step["op"]
     out: dict[str, Any] = {"op": op}
     if op == "list_tools":
@@ -182,6 +202,33 @@ async def run_step(client: Client, notes: Notifications, step: dict[str, Any]) -
     elif op == "read_resource":
         result = await client.read_resource(step["uri"])
         out.update(uri=step["uri"], text=texts(result.contents), mime_types=[c.mime_type for c in result.contents])
+    elif op == "list_resource_templates":
+        templates = await paginate(client.list_resource_templates, "resource_templates")
+        out["templates"] = [t.uri_template for t in templates]
+    elif op == "complete":
+        ref: Any = (
+            types.PromptReference(type="ref/prompt", name=step["prompt"])
+            if "prompt" in step
+            else types.ResourceTemplateReference(type="ref/resource", uri=step["template"])
+        )
+        result = await client.complete(ref, step["argument"], step.get("context"))
+        out.update(values=result.completion.values, total=result.completion.total)
+    elif op == "listen":
+        # Opens a `subscriptions/listen` stream for the rest of the run; each event is recorded as
+        # "listen:<notification method>" (see wait_notification).
+        wanted = {k: step[k] for k in ("tools_list_changed", "prompts_list_changed", "resources_list_changed") if k in step}
+        subscription = await background.stack.enter_async_context(
+            client.listen(**wanted, resource_subscriptions=step.get("resource_subscriptions", ()))
+        )
+
+        async def consume() -> None:
+            async for event in subscription:
+                notes.record("listen:" + LISTEN_EVENTS[type(event)])
+
+        background.tasks.start_soon(consume)
+        out["honored"] = subscription.honored.model_dump(mode="json", by_alias=True, exclude_none=True)
+    elif op == "set_log_level":
+        await client.set_logging_level(step["level"])
     elif op == "list_prompts":
         out["prompts"] = [p.name for p in await paginate(client.list_prompts, "prompts")]
     elif op == "get_prompt":
@@ -205,6 +252,14 @@ async def run_step(client: Client, notes: Notifications, step: dict[str, Any]) -
     return out
 
 
+class Background:
+    """What steps leave running for the rest of the plan (listen streams)."""
+
+    def __init__(self, stack: contextlib.AsyncExitStack, tasks: Any) -> None:
+        self.stack = stack
+        self.tasks = tasks
+
+
 async def run(plan: dict[str, Any]) -> int:
     notes = Notifications()
     timeout = float(plan.get("timeout", 30))
@@ -216,12 +271,14 @@ async def run(plan: dict[str, Any]) -> int:
             message_handler=notes.handler,
             cache=None,  # always hit the server: tests change server-side state between steps
             client_info=types.Implementation(name="gates-mcp-e2e-client", version="1.0.0"),
+            log_level=plan.get("log_level"),
             **capability_callbacks(plan),
         )
-        async with client:
+        async with client, contextlib.AsyncExitStack() as stack, anyio.create_task_group() as tasks:
+            background = Background(stack, tasks)
             for step in plan.get("steps", []):
                 try:
-                    emit(await run_step(client, notes, step))
+                    emit(await run_step(client, notes, step, background))
                 except Exception as exc:  # noqa: BLE001 - every step failure is reported, not raised
                     err = error_of(exc)
                     if err["code"] == types.CONNECTION_CLOSED and err["message"] == "Connection closed":
@@ -233,6 +290,7 @@ async def run(plan: dict[str, Any]) -> int:
                 "protocol_version": client.protocol_version,
                 "server_info": info.model_dump(mode="json", exclude_none=True) if info else None,
             })
+            tasks.cancel_scope.cancel()
         return 0
     except BaseException as exc:  # noqa: BLE001 - connect failures arrive wrapped in exception groups
         exc = flatten(exc)

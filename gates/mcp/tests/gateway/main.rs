@@ -7,7 +7,9 @@
 // A test binary: a failed unwrap is a failed test, which is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+mod actor;
 mod claude;
+mod protocol;
 mod python;
 mod support;
 

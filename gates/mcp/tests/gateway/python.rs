@@ -224,77 +224,6 @@ async fn an_upstream_that_dies_gives_an_error_not_a_hang() {
 }
 
 #[tokio::test]
-async fn a_policy_change_tells_the_client_its_tool_list_changed() {
-    let Some(((node, script), python)) = parts() else { return };
-    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "list_refresh_seconds = 1\n[[servers]]\nname = \"everything\"\ncommand = \"{node}\"\nargs = [\"{script}\", \"stdio\"]\n"
-        ),
-    )
-    .unwrap();
-    for version in ["2025-11-25", "2026-07-28"] {
-        let plan = json!({
-            "transport": "stdio", "command": gateway(), "args": ["--config", config],
-            "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 60, "protocol_version": version,
-            "steps": [
-                {"op": "list_tools"},
-                {"op": "wait_stdin_line"},
-                {"op": "wait_notification", "method": "notifications/tools/list_changed", "timeout": 20},
-                {"op": "list_tools"},
-            ]
-        });
-        let mut run = ClientRun::start(&python, &plan);
-        let before = run.next().await;
-        assert!(before["tools"].as_array().unwrap().iter().any(|t| t == "echo"), "{before}");
-        // The security team forbids echo outright.
-        let policies = monitor.policies.path().join("test.cedar");
-        let forbid = "\n@id(\"no-echo\")\n@reason(\"no echo today\")\nforbid (principal, action, resource) when { resource is Tool && resource.name == \"echo\" };\n";
-        std::fs::write(&policies, format!("{EVERYTHING_POLICIES}{forbid}")).unwrap();
-        run.go_on().await;
-        let _ = run.next().await; // wait_stdin_line
-        let notified = run.next().await;
-        let after = run.next().await;
-        assert_eq!(notified["received"], true, "{version}: {notified}");
-        assert!(!after["tools"].as_array().unwrap().iter().any(|t| t == "echo"), "{version}: {after}");
-        drop(run);
-        std::fs::write(&policies, EVERYTHING_POLICIES).unwrap();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-    }
-}
-
-/// A `warden-mcp --config … --listen …` process, stopped on drop.
-struct HttpGateway {
-    child: tokio::process::Child,
-    url: String,
-}
-
-impl HttpGateway {
-    async fn start(config: &std::path::Path, endpoint: &str) -> Self {
-        let port = free_port();
-        let child = tokio::process::Command::new(gateway())
-            .args(["--config", config.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ENDPOINT", endpoint)
-            .env("WARDEN_TOKEN", HARNESS)
-            .env("WARDEN_USER", "nobody")
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        wait_for_port(port).await;
-        Self { child, url: format!("http://127.0.0.1:{port}/mcp") }
-    }
-}
-
-impl Drop for HttpGateway {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-#[tokio::test]
 async fn over_streamable_http_clients_by_token_reach_stdio_and_http_upstreams_in_sessions_and_stateless() {
     let Some(((node, script), python)) = parts() else { return };
     let monitor = Monitor::start(EVERYTHING_POLICIES).await;
@@ -443,11 +372,6 @@ async fn raw_http(
     (status, headers, body.to_owned())
 }
 
-fn sha256_hex(text: &str) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(text.as_bytes()))
-}
-
 #[tokio::test]
 async fn over_http_a_session_belongs_to_its_client_and_a_fixed_session_cannot_be_renamed() {
     let Some(((node, script), python)) = parts() else { return };
@@ -565,5 +489,44 @@ async fn a_server_never_sees_the_gateway_s_warden_token() {
     assert!(shown.contains("PATH"), "{shown}");
     for leaked in ["WARDEN_TOKEN", HARNESS, "WARDEN_ENDPOINT", "harness.token"] {
         assert!(!shown.contains(leaked), "the server saw `{leaked}`: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn when_the_client_leaves_its_servers_are_stopped_even_one_that_outlives_its_input() {
+    let Some(((node, script), python)) = parts() else { return };
+    let monitor = Monitor::start(EVERYTHING_POLICIES).await;
+    // Names this test's server among the processes (the server ignores
+    // arguments after the transport).
+    let marker = tempfile::tempdir().unwrap();
+    let marker = marker.path().to_str().unwrap().to_owned();
+    let plan = json!({
+        "transport": "stdio", "command": gateway(),
+        "args": ["--name", "everything", "--", node, script, "stdio", marker],
+        "env": gateway_env(&monitor.endpoint, "alice"), "timeout": 30,
+        // A timer running: the server no longer exits when its input closes.
+        "steps": [
+            {"op": "listen", "resource_subscriptions": ["demo://resource/static/document/architecture.md"]},
+            {"op": "call_tool", "name": "toggle-subscriber-updates", "arguments": {}},
+        ]
+    });
+    let lines = run_plan(&python, &plan).await;
+    assert!(step(&lines, "call_tool", 0)["text"].as_str().unwrap().contains("Started"), "{lines:#?}");
+    let running = || {
+        let ps = std::process::Command::new("ps").args(["-ww", "-eo", "pid=,args="]).output().unwrap();
+        let listed = String::from_utf8_lossy(&ps.stdout).into_owned();
+        listed
+            .lines()
+            .find(|l| l.contains(&marker) && l.contains("node"))
+            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if let Some(pid) = running() {
+        // Not left behind by a failing test (it would hold the test's output open).
+        let _ = std::process::Command::new("kill").arg(&pid).status();
+        panic!("the server (pid {pid}) outlived its client");
     }
 }

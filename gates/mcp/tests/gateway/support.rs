@@ -271,3 +271,112 @@ pub async fn wait_for_port(port: u16) {
     }
     panic!("nothing listens on port {port}");
 }
+
+/// A `warden-mcp --config … --listen …` process, stopped on drop.
+pub struct HttpGateway {
+    child: tokio::process::Child,
+    pub url: String,
+}
+
+impl HttpGateway {
+    pub async fn start(config: &std::path::Path, endpoint: &str) -> Self {
+        let port = free_port();
+        let child = tokio::process::Command::new(gateway())
+            .args(["--config", config.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
+            .env("WARDEN_ENDPOINT", endpoint)
+            .env("WARDEN_TOKEN", HARNESS)
+            .env("WARDEN_USER", "nobody")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        wait_for_port(port).await;
+        Self { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+impl Drop for HttpGateway {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Hex SHA-256 of `text` (a client token as `[[clients]]` names it).
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// The gateway over stdio driven by hand, one JSON-RPC line at a time: what
+/// goes over the wire, as a client of any protocol version sends it.
+pub struct RawStdio {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    next_id: u64,
+    /// The notifications seen so far, in order.
+    pub notifications: Vec<Value>,
+}
+
+impl RawStdio {
+    /// `warden-mcp ARGS` with exactly `env` (nothing inherited).
+    pub fn start(args: &[String], env: &[(&str, &str)]) -> Self {
+        let mut child = tokio::process::Command::new(gateway())
+            .args(args)
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the gateway starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        Self { child, stdin, lines: BufReader::new(stdout).lines(), next_id: 0, notifications: Vec::new() }
+    }
+
+    /// The `_meta` a 2026-07-28 request carries (no session: every request
+    /// says who is asking and in which version).
+    pub fn meta_2026() -> Value {
+        json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        })
+    }
+
+    pub async fn send(&mut self, message: &Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).await.expect("write");
+        self.stdin.flush().await.expect("flush");
+    }
+
+    /// Sends a request and returns its answer (`result` or `error`), keeping
+    /// the notifications that come before it.
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(60), self.lines.next_line())
+                .await
+                .expect("an answer within 60 s")
+                .expect("read")
+                .unwrap_or_else(|| panic!("the gateway closed stdout before answering {method}"));
+            let message: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if message["id"] == id {
+                return message;
+            }
+            if message.get("method").is_some() && message.get("id").is_none() {
+                self.notifications.push(message);
+            }
+        }
+    }
+
+    /// Closes stdin and waits for the gateway to exit.
+    pub async fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin);
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.expect("exits").expect("status")
+    }
+}
