@@ -108,9 +108,7 @@ async fn setup(flags: Flags) -> anyhow::Result<Arc<Shared>> {
         flags.endpoint.or_else(|| config.endpoint.clone()).unwrap_or_else(|| warden_sdk::DEFAULT_ENDPOINT.to_owned());
     let token = match (std::env::var("WARDEN_TOKEN").ok(), flags.token_file.or_else(|| config.token_file.clone())) {
         (Some(token), _) => token,
-        (None, Some(path)) => {
-            std::fs::read_to_string(&path).with_context(|| format!("token file `{}`", path.display()))?
-        }
+        (None, Some(path)) => warden_sdk::read_token_file(&path)?,
         (None, None) => anyhow::bail!("no harness token: set WARDEN_TOKEN or WARDEN_TOKEN_FILE (or --token-file)"),
     };
     let warden = warden_sdk::Client::connect_lazy(endpoint.clone(), &token).await?;

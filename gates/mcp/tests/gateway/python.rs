@@ -475,6 +475,7 @@ async fn a_server_never_sees_the_gateway_s_warden_token() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("harness.token");
     std::fs::write(&token_file, HARNESS).unwrap();
+    std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mut env = gateway_env(&monitor.endpoint, "alice");
     env["WARDEN_TOKEN_FILE"] = json!(token_file);
     let plan = json!({
