@@ -36,7 +36,7 @@ fn shellish() -> impl Strategy<Value = String> {
 /// A program name and its arguments, none of which a shell treats specially.
 fn simple_command() -> impl Strategy<Value = (String, Vec<String>)> {
     (
-        prop::sample::select(vec!["ls", "grep", "mytool", "cargo", "npm", "python3", "node", "make", "wc"]),
+        prop::sample::select(vec!["ls", "grep", "mytool", "cargo", "npm", "rustc", "tsc", "make", "wc"]),
         prop::collection::vec("[a-z0-9_.-]{1,6}", 0..3),
     )
         .prop_map(|(program, args)| {
