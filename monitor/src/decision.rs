@@ -228,13 +228,9 @@ pub(crate) fn command_parts(
         }
         let resource = match normalize_resource(&part.resource) {
             Ok(mut resource) => {
-                match &mut resource {
-                    Resource::Command { opaque, program, path, .. } => {
-                        *opaque = part.opaque;
-                        *program = snapshot.programs.identity(program, path);
-                    }
-                    Resource::File { pattern, .. } => *pattern = part.pattern,
-                    _ => {}
+                if let Resource::Command { opaque, program, path, .. } = &mut resource {
+                    *opaque = part.opaque;
+                    *program = snapshot.programs.identity(program, path);
                 }
                 resource
             }

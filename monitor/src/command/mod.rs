@@ -50,13 +50,15 @@ pub struct Part {
     /// An `exec` the monitor cannot see into (`Command.opaque`).
     #[serde(default)]
     pub opaque: bool,
-    /// A file part whose path is a pattern (a glob, `find`'s `{}`), kept as
-    /// written (`File.pattern`).
-    #[serde(default)]
-    pub(crate) pattern: bool,
 }
 
 impl Part {
+    /// A file part whose path is a pattern (a glob, `find`'s `{}`), kept as
+    /// written (`File.pattern`).
+    pub(crate) fn pattern(&self) -> bool {
+        matches!(self.resource, ResourceInput::File { pattern: true, .. })
+    }
+
     /// The part in one line, for tests and corpora: `exec cat a`,
     /// `fs.read /w/a`, with ` opaque` or ` pattern` after it when set.
     pub(crate) fn summary(&self) -> String {
@@ -65,7 +67,7 @@ impl Part {
             ResourceInput::File { path, .. } => path.clone(),
             other => format!("{other:?}"),
         };
-        let flag = match (self.opaque, self.pattern) {
+        let flag = match (self.opaque, self.pattern()) {
             (true, _) => " opaque",
             (_, true) => " pattern",
             _ => "",
@@ -269,7 +271,6 @@ impl Expander<'_> {
             action: "exec".into(),
             resource: ResourceInput::Command { argv, cwd: cwd.as_str().to_owned() },
             opaque,
-            pattern: false,
         });
         self.parts.len().saturating_sub(1)
     }
@@ -296,7 +297,6 @@ impl Expander<'_> {
                             action: "exec".into(),
                             resource: ResourceInput::Command { argv, cwd: cwd.as_str().to_owned() },
                             opaque: true,
-                            pattern: false,
                         });
                     }
                 }
@@ -308,7 +308,6 @@ impl Expander<'_> {
                 action: effect.action().into(),
                 resource: ResourceInput::File { path, cwd: String::new(), pattern: word.glob },
                 opaque: false,
-                pattern: word.glob,
             });
         }
     }

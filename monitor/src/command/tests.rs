@@ -16,7 +16,7 @@ fn shown(argv: &[&str], cwd: &str) -> Vec<String> {
                 ResourceInput::File { path, .. } => path.clone(),
                 other => format!("{other:?}"),
             };
-            format!("{}{}{} {target}", p.action, if p.opaque { "!" } else { "" }, if p.pattern { "*" } else { "" })
+            format!("{}{}{} {target}", p.action, if p.opaque { "!" } else { "" }, if p.pattern() { "*" } else { "" })
         })
         .collect()
 }
