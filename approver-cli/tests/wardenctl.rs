@@ -886,3 +886,57 @@ async fn a_certificate_from_a_ca_the_system_trusts_needs_no_flag() {
     assert!(refused.contains("certificate"), "{refused}");
     server.stop().await.unwrap();
 }
+
+/// `wardenctl authorize --request-id` asked again after a person approved
+/// the request: the first ask after the approval is its ALLOW, every later
+/// one is refused (exit 2) naming the approval's use, and each is in the
+/// audit log as a replay of the first decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_asks_of_an_approved_request_id_are_refused_and_audited() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let endpoint = format!("http://{}", server.addr());
+    let ask = [&["--json"], &ALICE[..], &["--request-id", "clean-1", "--cwd", "/home/alice/project"]].concat();
+    let ask = [&ask[..], &["exec", "--", "rm", "-r", "build"]].concat();
+    let json = |output: &Output| -> serde_json::Value { serde_json::from_str(&stdout(output)).unwrap() };
+
+    let pending = wardenctl(&endpoint, HARNESS, &ask).await;
+    assert_eq!(pending.status.code(), Some(3), "{}", stdout(&pending));
+    let first = json(&pending);
+    let id = first["approval_id"].as_str().unwrap().to_owned();
+    let approved = wardenctl(&endpoint, APPROVER, &["approvals", "approve", &id]).await;
+    assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
+
+    let allowed = wardenctl(&endpoint, HARNESS, &ask).await;
+    assert_eq!(allowed.status.code(), Some(0), "{}", stdout(&allowed));
+    let used_seq = json(&allowed)["audit_seq"].as_u64().unwrap();
+    let mut refused_seqs = vec![];
+    for _ in 0..2 {
+        let refused = wardenctl(&endpoint, HARNESS, &ask).await;
+        assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+        let refused = json(&refused);
+        let reason = refused["reasons"][0].as_str().unwrap();
+        assert!(reason.starts_with(&format!("approval `{id}` was used")), "{reason}");
+        assert!(reason.contains(&format!("audit record #{used_seq}")), "{reason}");
+        refused_seqs.push(refused["audit_seq"].as_u64().unwrap());
+    }
+
+    let tail = wardenctl(&endpoint, ADMIN, &["--json", "audit", "tail", "--all"]).await;
+    let records: Vec<serde_json::Value> = stdout(&tail).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let replays: Vec<_> = records.iter().filter(|r| r["kind"] == "replay").collect();
+    let seqs: Vec<u64> = replays.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [&[used_seq][..], &refused_seqs].concat());
+    let outcomes: Vec<&str> = replays.iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["ALLOW", "DENY", "DENY"]);
+    let first_seq = first["audit_seq"].as_u64().unwrap();
+    for replay in &replays {
+        assert_eq!(replay["request_id"], "clean-1");
+        assert_eq!(replay["caller"], "h");
+        let named = format!("repeats audit record #{first_seq}: request id `clean-1` asked again by `h`");
+        assert_eq!(replay["reasons"][0], named.as_str());
+    }
+    // The human-readable tail shows them too.
+    let text = stdout(&wardenctl(&endpoint, ADMIN, &["audit", "tail"]).await);
+    assert!(text.contains("replay"), "{text}");
+    server.stop().await.unwrap();
+}

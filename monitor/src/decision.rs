@@ -85,12 +85,19 @@ pub struct Evaluation {
     /// For ALLOW: the `@label`s of the determining policies, which the
     /// session gains.
     pub(crate) labels: Vec<String>,
-    /// For a command of several parts: each part and how it was decided,
-    /// for the audit record (`part 2 of 3, `cat /x` (fs.read): DENY by …`).
+    /// For a command of several parts: each part, how it was decided and
+    /// why, one line each (`part 2 of 3, `cat /x` (fs.read): DENY by p: …`).
     pub parts: Vec<String>,
 }
 
 impl Evaluation {
+    /// What the audit record and an approval keep: every part of a command
+    /// once, with its outcome, policies and reasons; for anything else the
+    /// reasons.
+    pub(crate) fn recorded_reasons(&self) -> Vec<String> {
+        if self.parts.is_empty() { self.reasons.clone() } else { self.parts.clone() }
+    }
+
     /// For ALLOW: the labels the session gains.
     pub fn labels(&self) -> &[String] {
         &self.labels
@@ -290,7 +297,8 @@ fn combine(decided: &[(&Part, Evaluation)]) -> Evaluation {
         .enumerate()
         .map(|(i, (part, e))| {
             let by = if e.policy_ids.is_empty() { String::new() } else { format!(" by {}", e.policy_ids.join(", ")) };
-            format!("{}: {}{by}", name(i, part), e.outcome.as_str())
+            let why = if e.reasons.is_empty() { String::new() } else { format!(": {}", e.reasons.join("; ")) };
+            format!("{}: {}{by}{why}", name(i, part), e.outcome.as_str())
         })
         .collect();
     let prefixed = |i: usize, part: &Part, e: &Evaluation| -> Vec<String> {

@@ -182,6 +182,15 @@ pub(crate) struct ApprovalRecord {
     pub(crate) resolved_unix_ns: Option<i64>,
     /// The decision as the harness sees it now: PENDING, then the final one.
     pub(crate) decision: DecisionRecord,
+    /// For an approved one: the audit record of the answer that used it
+    /// (its ALLOW is given once, to the harness waiting on it or to the
+    /// first re-ask of its request id); 0 while unused.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) used_seq: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A lockdown of a session, a user or an agent kind.

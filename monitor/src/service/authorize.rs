@@ -5,8 +5,8 @@ use super::*;
 impl Monitor {
     /// Decides one request for a harness and records it durably before
     /// answering. The same `request_id` from the same harness gets the same
-    /// decision back (or, when it waited for approval, how that ended)
-    /// without a second record.
+    /// decision back (or, when it waited for approval, how that ended; an
+    /// approved one's ALLOW only once), with a `replay` record.
     pub(crate) async fn authorize(&self, caller: &Caller, input: RequestInput) -> Result<DecisionRecord, CallError> {
         let started = std::time::Instant::now();
         let action = input.action.clone();
@@ -63,9 +63,10 @@ impl Monitor {
         };
         // The writer looks the idempotency key up (the service does not read
         // it first: a replay is rare, a lookup on every request is not) and
-        // answers a replay instead of appending. No replay once the session
-        // is locked, or once a grant the earlier decision relied on is gone:
-        // then this decision is recorded under the key instead.
+        // hands back the earlier decision instead of appending. No replay
+        // once the session is locked, or once a grant the earlier decision
+        // relied on is gone: then this decision is recorded under the key
+        // instead.
         let actor = &input.actor;
         let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
         loop {
@@ -96,9 +97,7 @@ impl Monitor {
             // version (the session's labels, a grant gone or new, the
             // user's rights) is decided afresh and recorded under the key.
             if earlier.outcome == fresh && self.grants_active(&earlier.grant_ids, decided.now_ns) {
-                // A lock that came while the commit waited for its batch
-                // still stops an ALLOW.
-                return Ok(self.unless_locked(actor, self.current(earlier).await?));
+                return self.answer_again(&decided, earlier).await;
             }
             replay = false;
         }
@@ -199,15 +198,74 @@ impl Monitor {
         Ok(PreviewOutcomes { outcomes, policy_version: snapshot.version.clone() })
     }
 
-    /// A remembered decision as it stands now (a PENDING one whose approval
-    /// was resolved is answered with the final decision), once durable.
-    pub(super) async fn current(&self, decision: DecisionRecord) -> Result<DecisionRecord, CallError> {
-        let decision = match self.store.approval(&decision.approval_id)? {
-            Some(approval) if decision.outcome == Outcome::Pending => approval.decision,
-            _ => decision,
+    /// Answers a re-ask of a request id with the decision remembered under
+    /// it, as it stands now (a PENDING one as its approval stands: an
+    /// approved one's ALLOW is given once, then refused), in a `replay`
+    /// record that names the record it repeats, durable before the answer.
+    async fn answer_again(&self, decided: &Decided<'_>, earlier: DecisionRecord) -> Result<DecisionRecord, CallError> {
+        let request = decided.request;
+        let entry = AuditEntry {
+            time_unix_ns: decided.now_ns,
+            kind: answer::REPLAY.into(),
+            caller: decided.caller.name.clone(),
+            actor: Some(request.actor.clone()),
+            action: request.action.clone(),
+            resource: request.resource.uid(),
+            request: serde_json::to_string(request).unwrap_or_default(),
+            outcome: earlier.outcome.as_str().into(),
+            policy_ids: earlier.policy_ids.iter().chain(&earlier.grant_ids).cloned().collect(),
+            reasons: vec![format!(
+                "repeats audit record #{}: request id `{}` asked again by `{}`",
+                earlier.audit_seq, earlier.request_id, decided.caller.name
+            )],
+            policy_version: earlier.policy_version.clone(),
+            request_id: earlier.request_id.clone(),
+            approval_id: earlier.approval_id.clone(),
         };
-        self.store.wait_durable(decision.audit_seq).await?;
-        Ok(decision)
+        let mut entry = entry;
+        let approval_id = if earlier.outcome == Outcome::Pending { earlier.approval_id.clone() } else { String::new() };
+        if approval_id.is_empty() {
+            entry.reasons.extend(earlier.reasons.iter().cloned());
+        }
+        let commit = Commit { guard: Guard::Answer { approval_id }, decision: Some(earlier), ..Commit::record(entry) };
+        match self.store.commit(commit).await? {
+            Committed::New { decision: Some(decision), .. } => Ok(decision),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The final decision of a resolved approval, for the harness waiting on
+    /// it: an approved one's ALLOW is given once, in an `approval.used`
+    /// record (durable before the answer), and refused after that; a denied
+    /// or expired one is its resolution.
+    async fn settled(&self, approval: ApprovalRecord) -> Result<DecisionRecord, CallError> {
+        if approval.state != ApprovalState::Approved {
+            self.store.wait_durable(approval.decision.audit_seq).await?;
+            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
+        }
+        let request = &approval.request;
+        let entry = AuditEntry {
+            time_unix_ns: unix_ns(self.now()),
+            kind: answer::USED.into(),
+            caller: approval.harness.clone(),
+            actor: Some(request.actor.clone()),
+            action: request.action.clone(),
+            resource: request.resource.uid(),
+            request: serde_json::to_string(request).unwrap_or_default(),
+            reasons: vec![format!(
+                "answers approval `{}` (approved in audit record #{}) to the harness waiting on it",
+                approval.approval_id, approval.decision.audit_seq
+            )],
+            policy_version: approval.decision.policy_version.clone(),
+            request_id: approval.request_id.clone(),
+            approval_id: approval.approval_id.clone(),
+            ..AuditEntry::default()
+        };
+        let guard = Guard::Answer { approval_id: approval.approval_id.clone() };
+        match self.store.commit(Commit { guard, ..Commit::record(entry) }).await? {
+            Committed::New { decision: Some(decision), .. } => Ok(decision),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Waits up to `timeout` for an approval to be resolved and returns its
@@ -224,8 +282,7 @@ impl Monitor {
         let mut events = self.store.approval_events();
         let approval = self.approval_for_harness(caller, approval_id)?;
         if approval.state != ApprovalState::Pending {
-            self.store.wait_durable(approval.decision.audit_seq).await?;
-            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
+            return self.settled(approval).await;
         }
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_AWAIT);
         let mut shutdown = self.shutdown();
@@ -236,7 +293,7 @@ impl Monitor {
                 event = events.recv() => match event {
                     Ok(ApprovalEvent { approval }) if approval.approval_id == approval_id => {
                         if approval.state != ApprovalState::Pending {
-                            return Ok(self.unless_locked(&approval.request.actor, approval.decision));
+                            return self.settled(approval).await;
                         }
                     }
                     Ok(_) => {}
@@ -245,8 +302,7 @@ impl Monitor {
                         if let Some(now) = self.store.approval(approval_id)?
                             && now.state != ApprovalState::Pending
                         {
-                            self.store.wait_durable(now.decision.audit_seq).await?;
-                            return Ok(self.unless_locked(&now.request.actor, now.decision));
+                            return self.settled(now).await;
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
@@ -254,6 +310,9 @@ impl Monitor {
             }
         }
         let approval = self.store.approval(approval_id)?.unwrap_or(approval);
+        if approval.state != ApprovalState::Pending {
+            return self.settled(approval).await;
+        }
         self.store.wait_durable(approval.decision.audit_seq).await?;
         Ok(self.unless_locked(&approval.request.actor, approval.decision))
     }
@@ -326,7 +385,7 @@ impl Decided<'_> {
             harness: caller.name.clone(),
             policy_ids: evaluation.policy_ids.clone(),
             // What the approver approves: the whole command, every part.
-            reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
+            reasons: evaluation.recorded_reasons(),
             permit_ids: terms.permit_ids.clone(),
             approvers: terms.approvers.clone(),
             passkey_policies: terms.passkey.clone(),
@@ -339,6 +398,7 @@ impl Decided<'_> {
             note: String::new(),
             resolved_unix_ns: None,
             decision: decision.clone(),
+            used_seq: 0,
         });
         let entry = AuditEntry {
             time_unix_ns: now_ns,
@@ -352,7 +412,7 @@ impl Decided<'_> {
             outcome: evaluation.outcome.as_str().into(),
             policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
             // Every part of a command and how it was decided.
-            reasons: evaluation.reasons.iter().chain(&evaluation.parts).cloned().collect(),
+            reasons: evaluation.recorded_reasons(),
             policy_version: snapshot.version.clone(),
             request_id: self.request_id.clone(),
             approval_id: self.approval_id.clone(),

@@ -19,7 +19,9 @@ use crate::model::{
 };
 use crate::normalize::{Actor, InvalidInput, NormalizedRequest, RequestInput, ResourceInput, limits, normalize};
 use crate::policy::PolicySnapshot;
-use crate::store::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange, Store, StoreError, VerifyReport};
+use crate::store::{
+    Commit, Committed, GrantChange, Guard, LockChange, SessionChange, Store, StoreError, VerifyReport, answer,
+};
 
 mod approvals;
 mod approvers;

@@ -72,6 +72,17 @@ pub(crate) enum Guard {
         /// session is locked now or a grant it relied on is gone).
         replay: bool,
     },
+    /// An answer given again from what is stored: a re-ask of a request id
+    /// (`replay`), or an approval's final decision to the harness waiting
+    /// on it (`approval.used`). With an approval, the writer answers from
+    /// the approval as it stands and fills in the record's outcome, policies
+    /// and reasons: an approved one's ALLOW is given once (this record uses
+    /// it), and every later answer is a refusal that names that use.
+    Answer {
+        /// The approval the answer comes from; empty: the commit's decision
+        /// is the answer as it is.
+        approval_id: String,
+    },
     /// The approval is still pending (else its current state is returned).
     StillPending {
         /// The approval.

@@ -31,6 +31,7 @@ use crate::decision::Outcome;
 use crate::grants::Grant;
 use crate::normalize::Actor;
 
+pub(crate) mod answer;
 mod chain;
 pub mod codec;
 mod commit;

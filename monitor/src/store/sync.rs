@@ -83,7 +83,11 @@ impl SyncLoop {
                 let _ = reply.send(Ok(committed));
             }
             for write in writes {
-                if let Some(approval) = write.approval {
+                // A use changes nothing an approver or a waiting harness
+                // watches for: it was resolved already.
+                if let Some(approval) = write.approval
+                    && approval.used_seq != write.record.seq
+                {
                     let _ = self.approval_events.send(ApprovalEvent { approval });
                 }
             }

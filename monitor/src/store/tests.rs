@@ -152,6 +152,7 @@ fn pending_of(n: u32, actor: Actor) -> Commit {
         note: String::new(),
         resolved_unix_ns: None,
         decision: commit.decision.clone().unwrap(),
+        used_seq: 0,
     });
     commit
 }

@@ -274,7 +274,6 @@ impl WriteLoop {
         }));
     }
 
-    /// Decides what one commit does, advancing `head` when it appends.
     /// The session record as of the batch being planned.
     pub(super) fn stored_session(
         &self,
@@ -285,6 +284,30 @@ impl WriteLoop {
             Some(found) => Ok(Some(found)),
             None => self.trees.session(key),
         }
+    }
+
+    /// An approval as of the batch being planned; `missing`: what it is
+    /// that the store lacks, when it does (a caller read it before).
+    fn stored_approval(
+        &self,
+        overlay: &Overlay,
+        approval_id: &str,
+        missing: &str,
+    ) -> Result<ApprovalRecord, StoreError> {
+        let found = match overlay.approvals.get(approval_id).cloned().or_else(|| self.in_flight.approval(approval_id)) {
+            Some(found) => Some(found),
+            None => self
+                .trees
+                .approvals
+                .get(approval_id.as_bytes())?
+                .map(|v| decode::<ApprovalRecord>(trees::APPROVALS, approval_id.as_bytes(), &v))
+                .transpose()?,
+        };
+        found.ok_or_else(|| StoreError::Corrupt {
+            tree: trees::APPROVALS,
+            key: approval_id.to_owned(),
+            message: missing.to_owned(),
+        })
     }
 
     /// Why the actor's session, user or agent kind is locked, as of the
@@ -315,6 +338,7 @@ impl WriteLoop {
         Ok(None)
     }
 
+    /// Decides what one commit does, advancing `head` when it appends.
     pub(super) fn plan(&self, overlay: &Overlay, commit: Commit, head: &mut Head) -> Result<Planned, StoreError> {
         let request_key = match &commit.guard {
             Guard::None => None,
@@ -337,38 +361,28 @@ impl WriteLoop {
                 Some((key, request_hash.clone(), *now_unix_ns))
             }
             Guard::StillPending { approval_id } => {
-                let current = match overlay
-                    .approvals
-                    .get(approval_id)
-                    .cloned()
-                    .or_else(|| self.in_flight.approval(approval_id))
-                {
-                    Some(found) => Some(found),
-                    None => self
-                        .trees
-                        .approvals
-                        .get(approval_id.as_bytes())?
-                        .map(|v| decode::<ApprovalRecord>(trees::APPROVALS, approval_id.as_bytes(), &v))
-                        .transpose()?,
-                };
-                match current {
-                    Some(current) if current.state == ApprovalState::Pending => None,
-                    Some(current) => return Ok(Planned::Answer(Box::new(Committed::NotPending(Box::new(current))))),
-                    None => {
-                        return Err(StoreError::Corrupt {
-                            tree: trees::APPROVALS,
-                            key: approval_id.clone(),
-                            message: "the approval to resolve is missing".into(),
-                        });
-                    }
+                let current = self.stored_approval(overlay, approval_id, "the approval to resolve is missing")?;
+                if current.state != ApprovalState::Pending {
+                    return Ok(Planned::Answer(Box::new(Committed::NotPending(Box::new(current)))));
                 }
+                None
             }
+            Guard::Answer { .. } => None,
         };
+        let seq = head.seq + 1;
+        let mut commit = commit;
+        // An answer from an approval: as the approval stands now.
+        let mut unused = None;
+        if let Guard::Answer { approval_id } = &commit.guard
+            && !approval_id.is_empty()
+        {
+            let approval = self.stored_approval(overlay, approval_id, "the approval to answer from is missing")?;
+            unused = answer::from_approval(&mut commit, approval);
+        }
         let session = match &commit.session {
             None => None,
             Some(change) => merge_session(self.stored_session(overlay, change.key())?, change),
         };
-        let mut commit = commit;
         let mut session = session;
         // A decision made before a lock but written after it is not an
         // ALLOW, nor an approval to wait for (the lock's sweep of pending
@@ -376,7 +390,7 @@ impl WriteLoop {
         // too, has the last word.
         if let Some(decision) = commit.decision.as_mut()
             && matches!(decision.outcome, Outcome::Allow | Outcome::Pending)
-            && commit.entry.kind == "decision"
+            && answer::KINDS.contains(&commit.entry.kind.as_str())
             && let Some(actor) = &commit.entry.actor
             && let Some(why) = self.locked(overlay, actor)?
         {
@@ -395,8 +409,14 @@ impl WriteLoop {
                 current.labels = self.stored_session(overlay, change.key())?.map(|b| b.labels).unwrap_or_default();
             }
         }
+        // An approved approval's ALLOW, given now (no lock came in the
+        // way): this record uses it.
+        if let Some(approval) = unused
+            && commit.decision.as_ref().is_some_and(|d| d.outcome == Outcome::Allow)
+        {
+            commit.approval = Some(ApprovalRecord { used_seq: seq, ..approval });
+        }
         let Commit { entry, decision, approval, grant, lock, .. } = commit;
-        let seq = head.seq + 1;
         let mut record = AuditRecord {
             seq,
             time_unix_ns: entry.time_unix_ns,

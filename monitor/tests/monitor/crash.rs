@@ -182,7 +182,7 @@ async fn check(endpoint: &str, data: &Path, seen: &Acknowledged) -> (usize, usiz
     missing += seen.grants.iter().filter(|g| !grants.contains(*g)).count();
     let resolutions: HashMap<&str, &str> = records
         .iter()
-        .filter(|r| r.kind.starts_with("approval."))
+        .filter(|r| ["approval.approved", "approval.denied", "approval.expired"].contains(&r.kind.as_str()))
         .map(|r| (r.approval_id.as_str(), r.kind.as_str()))
         .collect();
     for (approval_id, state) in &seen.resolved {

@@ -71,12 +71,28 @@ async fn an_approved_request_is_allowed_for_the_waiting_harness() {
     assert_eq!(decision.approval_id, approval.approval_id);
     assert_eq!(decision.policy_ids, ["commands.developer-tools"]);
 
-    // Both steps are in the chain.
+    // Every step is in the chain: the decision, the approval, and its use
+    // by the answer to the waiting harness.
     let records = monitor.audit().await;
     let kinds: Vec<_> = records.iter().map(|r| (r.kind.as_str(), r.outcome)).collect();
-    assert_eq!(kinds, [("decision", pb::Outcome::Pending as i32), ("approval.approved", pb::Outcome::Allow as i32)]);
+    assert_eq!(
+        kinds,
+        [
+            ("decision", pb::Outcome::Pending as i32),
+            ("approval.approved", pb::Outcome::Allow as i32),
+            ("approval.used", pb::Outcome::Allow as i32)
+        ]
+    );
     assert_eq!(records[1].caller, "release-oncall");
-    assert_eq!(decision.audit_seq, records[1].seq);
+    assert_eq!(records[2].caller, "test-harness");
+    assert_eq!(
+        records[2].reasons[0],
+        format!(
+            "answers approval `{}` (approved in audit record #{}) to the harness waiting on it",
+            approval.approval_id, records[1].seq
+        )
+    );
+    assert_eq!(decision.audit_seq, records[2].seq);
     assert!(monitor.verify().await.ok);
 
     // Resolving twice is refused and says how it ended.
@@ -249,6 +265,175 @@ async fn approving_re_evaluates_against_the_policies_of_that_moment() {
     let final_decision =
         monitor.harness().await.await_decision(&pending.approval_id, Duration::from_millis(10)).await.unwrap();
     assert_eq!(final_decision.outcome, Outcome::Deny);
+}
+
+/// Asks for `git push origin main` under `request_id` without waiting.
+async fn ask(harness: &warden_sdk::Client, request_id: &str) -> warden_sdk::Decision {
+    harness.authorize(&alice(), push_main().request_id(request_id)).await.unwrap()
+}
+
+fn spent_reason(approval_id: &str, used_seq: u64) -> String {
+    format!(
+        "approval `{approval_id}` was used: a person's approval lets the action run once, and it was given in audit \
+         record #{used_seq}; to run it again, ask under a new request id (a person decides again)"
+    )
+}
+
+/// What a person approved runs once: the waiting harness gets the ALLOW,
+/// and every later ask of the same request id (a restarted harness, a
+/// second worker, a model repeating a tool call id) or wait on the same
+/// approval is refused, naming the approval's use, and recorded.
+#[tokio::test]
+async fn an_approval_is_spent_by_its_first_answer() {
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
+    let harness = monitor.harness().await;
+    let waiting = {
+        let harness = harness.clone();
+        tokio::spawn(async move { harness.check(&alice(), push_main().request_id("push-1")).await })
+    };
+    let approval = first_pending(&monitor).await;
+    monitor.approvals(RELEASE_APPROVER).await.resolve(resolve(&approval.approval_id, true, "once")).await.unwrap();
+    let allowed = waiting.await.unwrap().unwrap();
+    assert_eq!(allowed.outcome, Outcome::Allow);
+
+    // A second harness process asks again with the same request id.
+    let again = ask(&harness, "push-1").await;
+    assert_eq!(again.outcome, Outcome::Deny);
+    assert_eq!(again.reasons, [spent_reason(&approval.approval_id, allowed.audit_seq)]);
+    assert_eq!(again.policy_ids, ["commands.protected-branch-push"]);
+    assert_eq!(again.approval_id, approval.approval_id);
+    // And waits on the approval again.
+    let awaited = harness.await_decision(&approval.approval_id, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(awaited.outcome, Outcome::Deny);
+    assert_eq!(awaited.reasons, again.reasons);
+
+    let records = monitor.audit().await;
+    let tail: Vec<_> = records.iter().skip(2).map(|r| (r.kind.as_str(), r.outcome, r.seq)).collect();
+    assert_eq!(
+        tail,
+        [
+            ("approval.used", pb::Outcome::Allow as i32, allowed.audit_seq),
+            ("replay", pb::Outcome::Deny as i32, again.audit_seq),
+            ("replay", pb::Outcome::Deny as i32, awaited.audit_seq),
+        ]
+    );
+    assert_eq!(
+        records[3].reasons[0],
+        format!("repeats audit record #{}: request id `push-1` asked again by `test-harness`", records[0].seq)
+    );
+    assert_eq!(records[3].reasons[1], spent_reason(&approval.approval_id, allowed.audit_seq));
+
+    // Running it again is a new request: a new approval.
+    let fresh = ask(&harness, "push-2").await;
+    assert_eq!(fresh.outcome, Outcome::Pending);
+    assert_ne!(fresh.approval_id, approval.approval_id);
+    assert!(monitor.verify().await.ok);
+}
+
+/// A harness that did not wait (it crashed, or asks again later) gets the
+/// approved ALLOW from its first re-ask of the request id, once; a wait on
+/// the approval after that is refused.
+#[tokio::test]
+async fn the_first_re_ask_of_an_approved_request_gets_its_allow_once() {
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
+    let harness = monitor.harness().await;
+    let pending = ask(&harness, "push-1").await;
+    assert_eq!(pending.outcome, Outcome::Pending);
+    // Asked again while it waits: still PENDING, recorded.
+    assert_eq!(ask(&harness, "push-1").await.outcome, Outcome::Pending);
+    monitor.approvals(RELEASE_APPROVER).await.resolve(resolve(&pending.approval_id, true, "")).await.unwrap();
+
+    let allowed = ask(&harness, "push-1").await;
+    assert_eq!((allowed.outcome, allowed.resolved_by.as_str()), (Outcome::Allow, "release-oncall"));
+    let refused = ask(&harness, "push-1").await;
+    assert_eq!(refused.reasons, [spent_reason(&pending.approval_id, allowed.audit_seq)]);
+    let awaited = harness.await_decision(&pending.approval_id, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(awaited.outcome, Outcome::Deny);
+    let kinds: Vec<_> = monitor.audit().await.iter().map(|r| (r.kind.clone(), r.outcome)).collect();
+    let want = [
+        ("decision", pb::Outcome::Pending),
+        ("replay", pb::Outcome::Pending),
+        ("approval.approved", pb::Outcome::Allow),
+        ("replay", pb::Outcome::Allow),
+        ("replay", pb::Outcome::Deny),
+        ("replay", pb::Outcome::Deny),
+    ];
+    assert_eq!(kinds, want.map(|(k, o)| (k.to_owned(), o as i32)));
+}
+
+/// A lock stops an approved ALLOW without using it up; that it was used
+/// survives a restart.
+#[tokio::test]
+async fn a_lock_stops_the_use_and_a_use_survives_a_restart() {
+    let (mut monitor, _policies) = TestMonitor::start_token_approvals().await;
+    let harness = monitor.harness().await;
+    let pending = ask(&harness, "push-1").await;
+    monitor.approvals(RELEASE_APPROVER).await.resolve(resolve(&pending.approval_id, true, "")).await.unwrap();
+    let mut admin = monitor.admin().await;
+    let lock = pb::LockSessionRequest { session: "s1".into(), reason: "incident".into(), ..Default::default() };
+    admin.lock_session(lock).await.unwrap();
+    let locked = harness.await_decision(&pending.approval_id, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(locked.outcome, Outcome::Deny);
+    assert!(locked.reasons.iter().any(|r| r.contains("is locked by") && r.ends_with("incident")), "{locked:?}");
+    admin.unlock_session(pb::UnlockSessionRequest { session: "s1".into(), ..Default::default() }).await.unwrap();
+    let allowed = ask(&harness, "push-1").await;
+    assert_eq!(allowed.outcome, Outcome::Allow);
+
+    monitor.restart().await;
+    let harness = monitor.harness().await;
+    let refused = ask(&harness, "push-1").await;
+    assert_eq!(refused.reasons, [spent_reason(&pending.approval_id, allowed.audit_seq)]);
+    assert!(monitor.verify().await.ok);
+}
+
+/// However many ask at once, one gets the ALLOW.
+#[tokio::test]
+async fn concurrent_re_asks_of_an_approved_request_get_one_allow() {
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
+    let harness = monitor.harness().await;
+    let pending = ask(&harness, "push-1").await;
+    monitor.approvals(RELEASE_APPROVER).await.resolve(resolve(&pending.approval_id, true, "")).await.unwrap();
+    let mut tasks = Vec::new();
+    for n in 0..16 {
+        let harness = harness.clone();
+        let approval_id = pending.approval_id.clone();
+        tasks.push(tokio::spawn(async move {
+            if n % 2 == 0 {
+                ask(&harness, "push-1").await
+            } else {
+                harness.await_decision(&approval_id, Duration::from_millis(10)).await.unwrap()
+            }
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        if task.await.unwrap().outcome == Outcome::Allow {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 1);
+    let used = monitor
+        .audit()
+        .await
+        .iter()
+        .filter(|r| r.outcome == pb::Outcome::Allow as i32 && r.kind != "approval.approved")
+        .count();
+    assert_eq!(used, 1);
+}
+
+/// A window approval is a grant: the request it was asked for, and the
+/// same action again under other request ids, are allowed while it lasts.
+#[tokio::test]
+async fn a_window_approval_is_a_grant_and_is_not_spent() {
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
+    let harness = monitor.harness().await;
+    let pending = ask(&harness, "push-1").await;
+    let window = pb::ResolveRequest { grant_for_seconds: 900, ..resolve(&pending.approval_id, true, "") };
+    monitor.approvals(RELEASE_APPROVER).await.resolve(window).await.unwrap();
+    for id in ["push-1", "push-1", "push-2", "push-2"] {
+        let decision = ask(&harness, id).await;
+        assert_eq!(decision.outcome, Outcome::Allow, "{id}: {decision:?}");
+    }
 }
 
 async fn next_event(events: &mut tonic::Streaming<pb::ApprovalEvent>) -> pb::ApprovalEvent {

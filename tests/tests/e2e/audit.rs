@@ -3,7 +3,7 @@
 
 use tokio_stream::StreamExt;
 use warden_proto::v1 as pb;
-use warden_sdk::{ActionRequest, Actor, Outcome};
+use warden_sdk::{ActionRequest, Actor, Decision, Outcome};
 
 use warden_monitor::codec::{self, Record};
 use warden_monitor::normalize::{Actor as InputActor, RequestInput, ResourceInput};
@@ -97,13 +97,16 @@ async fn records_and_chain_survive_a_restart_and_the_sequence_continues() {
     let after = monitor.audit().await;
     assert_eq!(&after[..3], &before[..]);
     let client = monitor.harness().await;
-    // The idempotency key is remembered across the restart.
-    assert_eq!(client.authorize(&alice(), keyed).await.unwrap(), first);
+    // The idempotency key is remembered across the restart (and the
+    // replay is a record of its own).
+    let replayed = client.authorize(&alice(), keyed).await.unwrap();
+    assert_eq!(Decision { audit_seq: first.audit_seq, ..replayed.clone() }, first);
+    assert_eq!(replayed.audit_seq, 5);
     let next = client.authorize(&alice(), ActionRequest::read_file("/home/alice/project/c.rs")).await.unwrap();
     assert_eq!(next.outcome, Outcome::Allow);
-    assert_eq!(next.audit_seq, 5);
+    assert_eq!(next.audit_seq, 6);
     let report = monitor.verify().await;
-    assert!(report.ok && report.records == 5, "{report:?}");
+    assert!(report.ok && report.records == 6, "{report:?}");
 }
 
 /// A store written by an older version, whose decision records were JSON,
@@ -179,7 +182,8 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
 
     assert_eq!(monitor.audit().await, before);
     let client = monitor.harness().await;
-    assert_eq!(client.authorize(&alice(), keyed).await.unwrap(), first, "replayed from a JSON record");
+    let replayed = client.authorize(&alice(), keyed).await.unwrap();
+    assert_eq!(Decision { audit_seq: first.audit_seq, ..replayed }, first, "replayed from a JSON record");
     // The old record is still alice's claude-code session: another agent
     // kind of hers is denied on it; bob's `s1` is a session of his own.
     let codex = client.authorize(&Actor::new("alice", "codex", "s1"), ActionRequest::read_file("/home/alice/a")).await;
@@ -199,7 +203,8 @@ async fn a_store_with_the_json_records_of_older_versions_carries_over() {
     assert_eq!(exfiltrate.policy_ids, ["trifecta.no-exfiltration"]);
     assert_eq!(client.authorize(&bob, post()).await.unwrap().outcome, Outcome::Allow);
     let report = monitor.verify().await;
-    assert!(report.ok && report.records == 10, "{report:?}");
+    // 10 decisions and the replay's record.
+    assert!(report.ok && report.records == 11, "{report:?}");
 }
 
 /// Rewrites one stored record while the monitor is stopped.

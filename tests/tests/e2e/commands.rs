@@ -106,14 +106,15 @@ async fn an_approver_sees_and_approves_the_whole_command() {
     let records = monitor.audit().await;
     let record = records.last().unwrap();
     assert!(
-        record.reasons.iter().any(|r| r == "part 1 of 2, `cargo test` (exec): ALLOW by commands.developer-tools"),
-        "{record:?}"
-    );
-    assert!(
         record
             .reasons
             .iter()
-            .any(|r| r == "part 2 of 2, `git push origin main` (exec): PENDING by commands.protected-branch-push"),
+            .any(|r| r.starts_with("part 1 of 2, `cargo test` (exec): ALLOW by commands.developer-tools: ")),
+        "{record:?}"
+    );
+    assert!(
+        record.reasons.iter().any(|r| r
+            .starts_with("part 2 of 2, `git push origin main` (exec): PENDING by commands.protected-branch-push: ")),
         "{record:?}"
     );
 
@@ -149,4 +150,47 @@ async fn an_approver_sees_and_approves_the_whole_command() {
     assert_eq!(again.grant_ids.len(), 1);
     let other = run(&monitor, &alice(), &["bash", "-c", "ls && git push origin main"], WORKSPACE).await;
     assert_eq!(other.outcome, Outcome::Pending, "{other:?}");
+}
+
+/// Two parts that both wait for a person are one approval that names each
+/// part once (its outcome, policies and reasons on one line), and so does
+/// what the agent is told when it is denied.
+#[tokio::test]
+async fn a_two_part_approval_names_each_part_once() {
+    let (monitor, _policies) = TestMonitor::start_token_approvals().await;
+    let script = "cargo publish && git push origin main";
+    let pending = run(&monitor, &alice(), &["bash", "-c", script], WORKSPACE).await;
+    assert_eq!(pending.outcome, Outcome::Pending, "{pending:?}");
+    assert_eq!(pending.reasons.len(), 2, "{pending:?}");
+
+    let mut approvals = monitor.approvals(APPROVER).await;
+    let approval = approvals
+        .get_approval(pb::GetApprovalRequest { approval_id: pending.approval_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(approval.reasons.len(), 2, "{:?}", approval.reasons);
+    assert!(
+        approval.reasons[0].starts_with("part 1 of 2, `cargo publish` (exec): PENDING by "),
+        "{:?}",
+        approval.reasons
+    );
+    assert!(
+        approval.reasons[1].starts_with("part 2 of 2, `git push origin main` (exec): PENDING by "),
+        "{:?}",
+        approval.reasons
+    );
+
+    let deny =
+        pb::ResolveRequest { approval_id: pending.approval_id.clone(), note: "not now".into(), ..Default::default() };
+    approvals.resolve(deny).await.unwrap();
+    let told = monitor.harness().await.await_decision(&pending.approval_id, std::time::Duration::from_millis(10)).await;
+    let told = told.unwrap();
+    assert_eq!(told.outcome, Outcome::Deny);
+    for part in ["part 1 of 2", "part 2 of 2"] {
+        assert_eq!(told.reasons.iter().filter(|r| r.contains(part)).count(), 1, "{part}: {:?}", told.reasons);
+    }
+    assert_eq!(told.reasons.len(), 3, "{:?}", told.reasons);
+    let resolution = monitor.audit().await.into_iter().find(|r| r.kind == "approval.denied").unwrap();
+    assert_eq!(resolution.reasons, told.reasons);
 }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use warden_sdk::{ActionRequest, Actor, Error, Outcome};
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Decision, Error, Outcome};
 
 use crate::support::TestMonitor;
 
@@ -115,16 +116,45 @@ async fn an_unknown_user_is_denied_with_a_clear_reason() {
     assert!(decision.audit_seq > 0, "the denial is audited");
 }
 
+/// A re-ask of a request id gets the same decision, and is an answer of
+/// its own in the audit log: a `replay` record that names the record it
+/// repeats and the caller, durable before the answer.
 #[tokio::test]
-async fn the_same_request_id_returns_the_same_decision_without_a_second_record() {
+async fn the_same_request_id_returns_the_same_decision_and_a_replay_record() {
     let monitor = TestMonitor::start().await;
     let client = monitor.harness().await;
     let request = ActionRequest::exec(["git", "push", "--force"]).request_id("req-42");
     let first = client.authorize(&alice(), request.clone()).await.unwrap();
     let again = client.authorize(&alice(), request.clone()).await.unwrap();
-    assert_eq!(first, again);
     assert_eq!(first.outcome, Outcome::Pending);
-    assert_eq!(monitor.audit().await.len(), 1);
+    assert_eq!(Decision { audit_seq: first.audit_seq, ..again.clone() }, first, "the same decision");
+    let records = monitor.audit().await;
+    assert_eq!(records.len(), 2);
+    let replay = &records[1];
+    assert_eq!((replay.kind.as_str(), replay.seq, replay.caller.as_str()), ("replay", again.audit_seq, "test-harness"));
+    assert_eq!(replay.outcome, pb::Outcome::Pending as i32);
+    assert_eq!((replay.request_id.as_str(), replay.approval_id.as_str()), ("req-42", first.approval_id.as_str()));
+    assert_eq!(
+        replay.reasons[0],
+        format!("repeats audit record #{}: request id `req-42` asked again by `test-harness`", first.audit_seq)
+    );
+    assert_eq!(replay.resource, records[0].resource);
+    assert!(monitor.verify().await.ok);
+
+    // A policy ALLOW asked again is still an ALLOW, and recorded as a replay.
+    let read = ActionRequest::read_file("/home/alice/project/src/lib.rs").request_id("req-43");
+    let allowed = client.authorize(&alice(), read.clone()).await.unwrap();
+    let allowed_again = client.authorize(&alice(), read).await.unwrap();
+    assert_eq!(allowed.outcome, Outcome::Allow);
+    assert_eq!(Decision { audit_seq: allowed.audit_seq, ..allowed_again.clone() }, allowed);
+    let records = monitor.audit().await;
+    let last = records.last().unwrap();
+    assert_eq!(
+        (last.kind.as_str(), last.seq, last.outcome),
+        ("replay", allowed_again.audit_seq, pb::Outcome::Allow as i32)
+    );
+    assert!(last.reasons[0].starts_with(&format!("repeats audit record #{}", allowed.audit_seq)), "{last:?}");
+    assert_eq!(last.policy_ids, allowed.policy_ids);
 
     // The same key for a different request is refused, naming the field.
     let other = ActionRequest::read_file("/home/alice/project/x").request_id("req-42");

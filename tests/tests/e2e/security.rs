@@ -107,9 +107,9 @@ async fn a_replay_after_the_session_changed_is_decided_afresh() {
     let gist = || ActionRequest::http("POST", "https://api.github.com/gists").request_id("x");
     let first = harness.authorize(&actor, gist()).await.unwrap();
     assert_eq!(first.outcome, Outcome::Allow);
-    // Replayed while nothing changed: the same decision, no new record.
+    // Replayed while nothing changed: the same decision, in a replay record.
     let again = harness.authorize(&actor, gist()).await.unwrap();
-    assert_eq!((again.outcome, again.audit_seq), (Outcome::Allow, first.audit_seq));
+    assert_eq!((again.outcome, again.audit_seq), (Outcome::Allow, first.audit_seq + 1));
 
     harness.authorize(&actor, ActionRequest::http("GET", "https://example.com/")).await.unwrap();
     harness.authorize(&actor, ActionRequest::read_file("/home/alice/private/taxes.txt")).await.unwrap();
@@ -119,7 +119,9 @@ async fn a_replay_after_the_session_changed_is_decided_afresh() {
     assert!(replayed.audit_seq > first.audit_seq, "the fresh decision is recorded");
     // And the fresh decision is what the key now answers.
     let once_more = harness.authorize(&actor, gist()).await.unwrap();
-    assert_eq!((once_more.outcome, once_more.audit_seq), (Outcome::Pending, replayed.audit_seq));
+    assert_eq!((once_more.outcome, once_more.approval_id), (Outcome::Pending, replayed.approval_id));
+    let last = monitor.audit().await.last().cloned().unwrap();
+    assert!(last.reasons[0].starts_with(&format!("repeats audit record #{}:", replayed.audit_seq)), "{last:?}");
 }
 
 /// Bad input is refused before it costs a token: a harness that floods
