@@ -3,14 +3,19 @@
 //! at most `--approval-wait`, then answered 403 PENDING naming the
 //! approval; the same request sent again by the same client awaits that
 //! approval instead of asking afresh, and goes through once it is
-//! approved (an approval lets one request through).
+//! approved (an approval lets one request through: the monitor answers its
+//! ALLOW once). A request that took an approval's ALLOW and was then not
+//! sent (another part of it still waits) puts it back, held: the next
+//! identical request uses it without asking.
 //!
 //! ```text
-//! remembered approval for (actor, what was asked)? ─yes─▶ AwaitDecision ─┐
-//!        │ no                                                            │
-//!        ▼                                                               ▼
-//!  Authorize ─ALLOW─▶ go on                          ALLOW ─▶ taken (used once) ─▶ go on
-//!        │ DENY ─▶ 403                               DENY  ─▶ forgotten, 403 with the note
+//! remembered approval for (actor, what was asked)? ─held─▶ taken ─▶ go on
+//!        │ no                          │ yes
+//!        │                             ▼
+//!        │                       AwaitDecision ─┐
+//!        ▼                                      ▼
+//!  Authorize ─ALLOW─▶ go on                ALLOW ─▶ taken (used once; held again if not sent) ─▶ go on
+//!        │ DENY ─▶ 403                     DENY  ─▶ forgotten, 403 with the note
 //!        │ PENDING ─▶ remembered ─▶ AwaitDecision ─▶ PENDING after the wait ─▶ 403 PENDING
 //! ```
 
@@ -226,6 +231,19 @@ impl Approvals {
         let asked = Asked::of(&request);
         let started = Instant::now();
         let (settled, awaited) = match self.pending.find(actor, &asked, SystemTime::now()) {
+            // The ALLOW this proxy was given for an identical request that
+            // was not sent: this one uses it (asked again, the monitor
+            // would refuse an approval it answered once).
+            Some(awaited) if awaited.held => {
+                return match self.pending.take(actor, &asked, &awaited.approval_id, SystemTime::now()) {
+                    Some(taken) => {
+                        tracing::info!(approval_id = %awaited.approval_id, %what, "asked again: its approval's ALLOW is held");
+                        claims.taken.push((asked, taken));
+                        Ok(())
+                    }
+                    None => Err(Refused::Answer(used_by_another(&[], &awaited.approval_id))),
+                };
+            }
             Some(awaited) => {
                 tracing::info!(approval_id = %awaited.approval_id, %what, "asked again: awaiting its approval");
                 (self.settle(&awaited, None, started).await, awaited)
@@ -267,15 +285,7 @@ impl Approvals {
                     claims.taken.push((asked, taken));
                     Ok(())
                 }
-                None => Err(answer::answer(
-                    http::StatusCode::FORBIDDEN,
-                    "DENY",
-                    &decision.policy_ids,
-                    &[format!(
-                        "approval {} let another identical request through (an approval is used once): send this one again to ask afresh",
-                        awaited.approval_id
-                    )],
-                )),
+                None => Err(used_by_another(&decision.policy_ids, &awaited.approval_id)),
             },
             Outcome::Deny => {
                 forget();
@@ -328,6 +338,18 @@ impl Approvals {
     }
 }
 
+/// The answer to a request whose approval another identical request took.
+fn used_by_another(policy_ids: &[String], approval_id: &str) -> Response<Body> {
+    answer::answer(
+        http::StatusCode::FORBIDDEN,
+        "DENY",
+        policy_ids,
+        &[format!(
+            "approval {approval_id} let another identical request through (an approval is used once): send this one again to ask afresh"
+        )],
+    )
+}
+
 /// Whether the monitor has had its moment to say that `awaited` expired.
 fn past_grace(awaited: &Awaited, now: SystemTime) -> bool {
     awaited.expires_at.checked_add(EXPIRY_GRACE).is_none_or(|end| now >= end)
@@ -343,7 +365,7 @@ fn awaited_of(decision: &Decision) -> Result<Awaited, WardenError> {
     let Some(expires_at) = decision.expires_at else {
         return Err(WardenError::Protocol(format!("PENDING approval {id} without a deadline")));
     };
-    Ok(Awaited { approval_id: id.clone(), expires_at })
+    Ok(Awaited { approval_id: id.clone(), expires_at, held: false })
 }
 
 #[cfg(test)]

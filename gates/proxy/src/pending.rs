@@ -37,6 +37,10 @@ pub struct Awaited {
     pub approval_id: String,
     /// The approval's deadline: from then on the request is asked afresh.
     pub expires_at: SystemTime,
+    /// The monitor gave this proxy the approval's ALLOW (which it gives
+    /// once), and the request that took it was not sent: the next one sent
+    /// uses it without asking again.
+    pub held: bool,
 }
 
 /// The user, agent and session of a client.
@@ -109,13 +113,13 @@ impl Pending {
         })
     }
 
-    /// Puts back an entry taken for a request that was not sent after all,
-    /// unless the request has another approval by now.
+    /// Puts back an entry taken, with its ALLOW, for a request that was not
+    /// sent after all, unless the request has another approval by now.
     pub fn restore(&self, actor: &Actor, asked: Asked, awaited: Awaited, now: SystemTime) {
         if awaited.expires_at <= now || self.find(actor, &asked, now).is_some() {
             return;
         }
-        self.remember(actor, asked, awaited, now);
+        self.remember(actor, asked, Awaited { held: true, ..awaited }, now);
     }
 
     /// How many approvals `actor` has remembered now.
@@ -141,7 +145,7 @@ mod tests {
     }
 
     fn awaited(id: &str, until: u64) -> Awaited {
-        Awaited { approval_id: id.into(), expires_at: at(until) }
+        Awaited { approval_id: id.into(), expires_at: at(until), held: false }
     }
 
     fn post(url: &str) -> Asked {
@@ -182,10 +186,10 @@ mod tests {
         assert_eq!(pending.take(&alice, &asked, "a1", at(1)), Some(awaited("a1", 100)));
         assert_eq!(pending.take(&alice, &asked, "a1", at(1)), None, "taken twice");
         assert_eq!(pending.find(&alice, &asked, at(1)), None);
-        // Put back when the request was not sent after all; not over a newer
-        // approval of the same request.
+        // Put back, held (its ALLOW was given), when the request was not
+        // sent after all; not over a newer approval of the same request.
         pending.restore(&alice, asked.clone(), awaited("a1", 100), at(2));
-        assert_eq!(pending.find(&alice, &asked, at(2)), Some(awaited("a1", 100)));
+        assert_eq!(pending.find(&alice, &asked, at(2)), Some(Awaited { held: true, ..awaited("a1", 100) }));
         pending.remember(&alice, asked.clone(), awaited("a2", 200), at(3));
         pending.restore(&alice, asked.clone(), awaited("a1", 100), at(3));
         assert_eq!(pending.find(&alice, &asked, at(3)), Some(awaited("a2", 200)));
