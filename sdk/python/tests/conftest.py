@@ -22,6 +22,7 @@ from typing import TypeVar
 import grpc
 import pytest
 
+from warden.v1 import admin_pb2, admin_pb2_grpc
 from warden.v1 import approvals_pb2 as apb
 from warden.v1 import approvals_pb2_grpc
 
@@ -122,6 +123,13 @@ class Wardend:
 
     def approver(self) -> Approver:
         return Approver(self.endpoint, self.token("approver"))
+
+    def audit(self) -> list[admin_pb2.AuditRecord]:
+        """Every record of the audit log, read with the admin token."""
+        with grpc.insecure_channel(self.address) as channel:
+            stub = admin_pb2_grpc.AdminStub(channel)
+            metadata = (("authorization", f"Bearer {self.token('admin')}"),)
+            return list(stub.TailAudit(admin_pb2.TailAuditRequest(all=True), metadata=metadata, timeout=EVENTUALLY))
 
 
 class Approver:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import policy_dir
+from conftest import Wardend, policy_dir
+from warden.v1 import authority_pb2 as pb
 
 
 def guard_policies(into: Path, notes: Path) -> Path:
@@ -18,6 +19,12 @@ def guard_policies(into: Path, notes: Path) -> Path:
         @id("notes.no-env") @reason("a note may not be an .env file: it would hold credentials")
         forbid (principal, action == Action::"fs.write", resource) when {{ resource.extension == "env" }};
 
+        @id("notes.delete") @reason("notes may be deleted")
+        permit (principal, action == Action::"fs.delete", resource in Dir::"{notes}");
+
+        @id("notes.delete-approved") @reason("deleting needs a person's approval")
+        forbid (principal, action == Action::"fs.delete", resource) unless {{ context.approved }};
+
         @id("tools.any") @reason("tools may be called")
         permit (principal, action == Action::"tool.call", resource);
 
@@ -27,3 +34,15 @@ def guard_policies(into: Path, notes: Path) -> Path:
         when {{ resource.name == "deploy" }} unless {{ context.approved }};
         """,
     )
+
+
+def assert_used_once_then_refused(wardend: Wardend, approval_id: str) -> None:
+    """The audit log's records of an approval: asked, approved, its ALLOW
+    given once (to the guard that waited), then one re-ask refused."""
+    kinds = [(r.kind, r.outcome) for r in wardend.audit() if r.approval_id == approval_id]
+    assert kinds == [
+        ("decision", pb.PENDING),
+        ("approval.approved", pb.ALLOW),
+        ("approval.used", pb.ALLOW),
+        ("replay", pb.DENY),
+    ], kinds

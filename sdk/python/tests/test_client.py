@@ -17,6 +17,7 @@ import pytest
 
 import warden
 from conftest import Approver, Wardend, policy_dir
+from warden.v1 import authority_pb2 as pb
 
 ALICE = warden.Actor("alice", "python-harness", "py-session-1")
 PUSH = ["git", "push", "origin", "main"]
@@ -107,13 +108,18 @@ def test_a_denied_read_raises_denied_naming_the_policy(wardend: Wardend, connect
 def test_the_same_request_id_is_one_decision(wardend: Wardend, connect) -> None:
     client = harness(wardend, connect)
     request = warden.read_file("/home/alice/project/README.md")
-    first = client.authorize(ALICE, request, request_id="py-idempotent-1")
-    again = client.authorize(ALICE, request, request_id="py-idempotent-1")
-    assert first.request_id == again.request_id == "py-idempotent-1"
-    assert first.audit_seq == again.audit_seq, "a retry with the same id is not recorded twice"
+    request_id = warden.new_request_id()
+    first = client.authorize(ALICE, request, request_id=request_id)
+    again = client.authorize(ALICE, request, request_id=request_id)
+    assert first.request_id == again.request_id == request_id
+    assert (again.outcome, again.policy_ids, again.reasons) == (first.outcome, first.policy_ids, first.reasons)
+    # A retry is an answer too: a replay record of its own, naming the first.
+    (replay,) = [r for r in wardend.audit() if r.seq == again.audit_seq]
+    assert replay.kind == "replay" and replay.request_id == request_id
+    assert replay.reasons[0].startswith(f"repeats audit record #{first.audit_seq}:"), replay.reasons
     # The same id for another request is refused, naming the field.
     with pytest.raises(warden.Refused) as refused:
-        client.authorize(ALICE, warden.read_file("/home/alice/project/other"), request_id="py-idempotent-1")
+        client.authorize(ALICE, warden.read_file("/home/alice/project/other"), request_id=request_id)
     assert "request_id" in refused.value.details
 
 
@@ -192,6 +198,41 @@ def test_waiting_survives_a_monitor_restart(own_wardend, connect) -> None:
     assert decision.outcome is warden.Outcome.ALLOW
     assert decision.note == "after the restart"
     assert decision.approval_id == approval.approval_id
+
+
+def test_an_approval_given_across_a_crash_answers_the_waiting_harness_once(own_wardend, connect) -> None:
+    """SIGKILL between the approval and the answer: the waiting harness
+    gets the ALLOW once when the monitor is back, and the request id asked
+    again after that is refused, naming the approval's use."""
+    monitor = own_wardend()
+    client = harness(monitor, connect)
+    request_id = warden.new_request_id()
+    delete = warden.run(DELETE, cwd="/home/alice/project")
+    waiting = in_background(lambda: client.check(ALICE, delete, request_id=request_id))
+    person = monitor.approver()
+    approval = person.pending(lambda a: a.request.request_id == request_id)
+    person.close()
+    monitor.kill()
+    # The person approves on a monitor of the same data at another address,
+    # which the harness does not know of, and which dies (SIGKILL) before
+    # anyone is told; then the harness's monitor comes back.
+    other = Wardend(monitor.data, monitor.policies).start()
+    person = other.approver()
+    person.resolve(approval.approval_id, True, "across a crash")
+    person.close()
+    other.kill()
+    monitor.start()
+    decision = waiting.result(timeout=60)
+    assert decision.outcome is warden.Outcome.ALLOW
+    assert decision.note == "across a crash"
+    again = client.authorize(ALICE, delete, request_id=request_id)
+    assert again.outcome is warden.Outcome.DENY
+    assert again.reasons[0].startswith(f"approval `{approval.approval_id}` was used"), again.reasons
+    answers = [r.kind for r in monitor.audit() if r.approval_id == approval.approval_id and r.kind != "decision"]
+    assert answers[:2] == ["approval.approved", "approval.used"] or answers[:2] == ["approval.approved", "replay"], answers
+    assert answers[2:] == ["replay"], answers
+    allowed = [r for r in monitor.audit() if r.approval_id == approval.approval_id and r.outcome == pb.ALLOW]
+    assert [r.kind for r in allowed] == ["approval.approved", answers[1]], allowed
 
 
 def test_an_unreachable_monitor_raises_unavailable(connect) -> None:

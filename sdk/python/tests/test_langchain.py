@@ -5,6 +5,7 @@ against a real wardend."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,9 +24,9 @@ from langgraph.types import Command  # noqa: E402
 
 import warden  # noqa: E402
 from conftest import Wardend  # noqa: E402
-from guarded import guard_policies  # noqa: E402
-from warden.integrations import writes  # noqa: E402
-from warden.integrations.langchain import WardenMiddleware  # noqa: E402
+from guarded import assert_used_once_then_refused, guard_policies  # noqa: E402
+from warden.integrations import deletes, writes  # noqa: E402
+from warden.integrations.langchain import WardenMiddleware, thread_actor  # noqa: E402
 
 
 class ScriptedChatModel(GenericFakeChatModel):
@@ -57,7 +58,13 @@ class Effects:
             effects.deployed.append(service)
             return f"deployed {service}"
 
-        self.tools = [write_note, deploy]
+        @tool
+        def remove_folder(path: str) -> str:
+            """Removes a folder and everything in it."""
+            shutil.rmtree(path)
+            return f"removed {path}"
+
+        self.tools = [write_note, deploy, remove_folder]
 
 
 @pytest.fixture
@@ -67,16 +74,21 @@ def monitor(own_wardend, tmp_path: Path) -> tuple[Wardend, Path]:
     return own_wardend(guard_policies(tmp_path / "policies", notes)), notes
 
 
-def thread_actor(request: Any) -> warden.Actor:
-    """The session is the graph's thread."""
-    return warden.Actor("alice", "langchain", request.runtime.config["configurable"]["thread_id"])
-
-
-def agent_for(monitor: Wardend, script: list[AIMessage], effects: Effects, client: Any = None, **options: Any) -> Any:
+def agent_for(
+    monitor: Wardend,
+    script: list[AIMessage],
+    effects: Effects,
+    client: Any = None,
+    actor: Any = None,
+    checkpointer: Any = True,
+    **options: Any,
+) -> Any:
     client = client or warden.Client(monitor.endpoint, monitor.token("harness"))
-    guard = WardenMiddleware(client, thread_actor, tools={"write_note": writes("path")}, **options)
+    tools = {"write_note": writes("path"), "remove_folder": deletes("path")}
+    guard = WardenMiddleware(client, actor or thread_actor("alice"), tools=tools, **options)
     model = ScriptedChatModel(messages=iter(script))
-    return create_agent(model, tools=effects.tools, middleware=[guard], checkpointer=InMemorySaver())
+    saver = InMemorySaver() if checkpointer else None
+    return create_agent(model, tools=effects.tools, middleware=[guard], checkpointer=saver)
 
 
 def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
@@ -183,3 +195,56 @@ def test_without_the_monitor_no_tool_runs(monitor) -> None:
     assert not (notes / "a.md").exists()
     (message,) = tool_messages(state)
     assert message.status == "error" and "cannot reach the monitor" in message.content
+
+
+def test_a_second_guard_does_not_run_an_approved_deletion_again(monitor) -> None:
+    """A person approved one deletion. A second middleware (a restarted
+    harness, another worker) given the same user, thread and tool call id
+    does not delete again: the refusal names the spent approval, and is
+    recorded."""
+    wardend, notes = monitor
+    build = notes / "build"
+    build.mkdir()
+    (build / "out.o").write_text("first build")
+    remove = lambda: calls(("remove_folder", {"path": str(build)}, "lc-rm"))  # noqa: E731
+    config = {"configurable": {"thread_id": "lc-rm"}}
+    agent = agent_for(wardend, [remove(), AIMessage(content="removed")], Effects())
+    approver = wardend.approver()
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(agent.invoke({"messages": [("user", "clean")]}, config)))
+    thread.start()
+    approval = approver.pending(lambda a: a.request.actor.session == "lc-rm")
+    assert build.exists(), "removed before anyone approved"
+    approver.resolve(approval.approval_id, True, "once")
+    thread.join(timeout=60)
+    assert done and not build.exists()
+
+    build.mkdir()
+    (build / "out.o").write_text("second build")
+    second = agent_for(wardend, [remove(), AIMessage(content="refused")], Effects())
+    state = second.invoke({"messages": [("user", "clean")]}, config)
+    assert (build / "out.o").read_text() == "second build", "the second guard ran the approved deletion again"
+    (refusal,) = tool_messages(state)
+    assert refusal.status == "error"
+    assert f"approval `{approval.approval_id}` was used" in refusal.content, refusal.content
+    assert approver.listed(lambda a: a.request.actor.session == "lc-rm") == [], "a new approval was asked for"
+    approver.close()
+    assert_used_once_then_refused(wardend, approval.approval_id)
+
+
+def test_an_invoke_without_a_thread_id_is_refused_in_words(monitor) -> None:
+    wardend, notes = monitor
+    note = {"path": str(notes / "a.md"), "text": "x"}
+
+    def documented_before(request: Any) -> warden.Actor:
+        return warden.Actor("alice", "langchain", request.runtime.config["configurable"]["thread_id"])
+
+    for actor in (thread_actor("alice"), documented_before):
+        script = [calls(("write_note", note, "lc-no-thread")), AIMessage(content="ok")]
+        agent = agent_for(wardend, script, Effects(), actor=actor, checkpointer=False)
+        state = agent.invoke({"messages": [("user", "note")]})
+        (message,) = tool_messages(state)
+        assert message.status == "error"
+        assert message.content.startswith("Warden did not allow `write_note`: "), message.content
+        assert 'config={"configurable": {"thread_id": "…"}}' in message.content, message.content
+        assert not (notes / "a.md").exists()

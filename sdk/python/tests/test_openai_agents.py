@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from agents.testing import ScriptedModel, assistant_message, function_call  # no
 
 import warden  # noqa: E402
 from conftest import Wardend  # noqa: E402
-from guarded import guard_policies  # noqa: E402
-from warden.integrations import writes  # noqa: E402
+from guarded import assert_used_once_then_refused, guard_policies  # noqa: E402
+from warden.integrations import deletes, writes  # noqa: E402
 from warden.integrations.openai_agents import WardenGuard  # noqa: E402
 
 
@@ -42,7 +43,13 @@ class Effects:
             self.deployed.append(service)
             return f"deployed {service}"
 
-        self.write_note, self.deploy = write_note, deploy
+        @function_tool
+        def remove_folder(path: str) -> str:
+            """Removes a folder and everything in it."""
+            shutil.rmtree(path)
+            return f"removed {path}"
+
+        self.write_note, self.deploy, self.remove_folder = write_note, deploy, remove_folder
 
 
 @pytest.fixture
@@ -56,10 +63,9 @@ def guarded_agent(
     monitor: Wardend, model: ScriptedModel, effects: Effects, session: str, **options: Any
 ) -> tuple[Agent[Any], WardenGuard]:
     client = warden.AsyncClient(monitor.endpoint, monitor.token("harness"))
-    guard = WardenGuard(
-        client, warden.Actor("alice", "openai-agents", session), tools={"write_note": writes("path")}, **options
-    )
-    agent = Agent(name="helper", model=model, tools=guard.protect(effects.write_note, effects.deploy))
+    tools = {"write_note": writes("path"), "remove_folder": deletes("path")}
+    guard = WardenGuard(client, warden.Actor("alice", "openai-agents", session), tools=tools, **options)
+    agent = Agent(name="helper", model=model, tools=guard.protect(effects.write_note, effects.deploy, effects.remove_folder))
     return agent, guard
 
 
@@ -188,4 +194,42 @@ def test_a_tool_call_id_runs_once(monitor) -> None:
     approver.close()
     assert result.final_output == "again"
     assert effects.deployed == ["billing"], "one approval ran the call twice"
-    assert any("ran already" in o for o in tool_outputs(model)), tool_outputs(model)
+    assert any("was used" in o for o in tool_outputs(model)), tool_outputs(model)
+
+
+def test_a_second_guard_does_not_run_an_approved_deletion_again(monitor) -> None:
+    """A person approved one deletion. A second guard (a restarted harness,
+    another worker) given the same user, session and tool call id does not
+    delete again: the refusal names the spent approval, and is recorded."""
+    wardend, notes = monitor
+    build = notes / "build"
+    build.mkdir()
+    (build / "out.o").write_text("first build")
+    remove = [function_call("remove_folder", {"path": str(build)}, call_id="call_rm")]
+    model = ScriptedModel([remove, [assistant_message("removed")]])
+    agent, _ = guarded_agent(wardend, model, Effects(), "oa-rm")
+    approver = wardend.approver()
+
+    async def main() -> Any:
+        run = asyncio.create_task(Runner.run(agent, "remove the build"))
+        approval = await asyncio.to_thread(approver.pending, lambda a: a.request.actor.session == "oa-rm")
+        assert build.exists(), "removed before anyone approved"
+        await asyncio.to_thread(approver.resolve, approval.approval_id, True, "once")
+        await run
+        return approval
+
+    approval = asyncio.run(main())
+    assert not build.exists()
+
+    build.mkdir()
+    (build / "out.o").write_text("second build")
+    again = ScriptedModel([remove, [assistant_message("refused")]])
+    second, _ = guarded_agent(wardend, again, Effects(), "oa-rm")
+    assert asyncio.run(Runner.run(second, "remove the build")).final_output == "refused"
+    assert (build / "out.o").read_text() == "second build", "the second guard ran the approved deletion again"
+    (refusal,) = tool_outputs(again)
+    assert f"approval `{approval.approval_id}` was used" in refusal, refusal
+    assert "notes.delete-approved" in refusal, refusal
+    assert approver.listed(lambda a: a.request.actor.session == "oa-rm") == [], "a new approval was asked for"
+    approver.close()
+    assert_used_once_then_refused(wardend, approval.approval_id)

@@ -112,6 +112,16 @@ class Verdict:
         return self.decision is not None and self.decision.outcome is Outcome.PENDING
 
 
+def actor_failed(error: Exception, hint: str = "") -> str:
+    """Why an actor function gave no actor, in words (a ``KeyError`` says
+    only the key): with ``hint``, what to do about it."""
+    if isinstance(error, KeyError) and error.args:
+        text = f"the actor function found no `{error.args[0]}` in what it read"
+    else:
+        text = f"the actor function failed ({type(error).__name__}: {error})"
+    return f"{text}: {hint}" if hint else text
+
+
 def _refusal(tool: str, error: BaseException) -> Verdict:
     decision = getattr(error, "decision", None)
     if isinstance(error, WardenError):
@@ -129,19 +139,27 @@ def _pending(tool: str, decision: Decision) -> Verdict:
     )
 
 
-# How many tool calls a gate remembers having let run.
+# How many tool calls a gate remembers having let run, or having been
+# allowed before they run.
 RAN_MEMORY = 100_000
 
 
 class Gate:
     """Asks Warden about tool calls for one framework guard.
 
-    A call that was let run once is not let run again: the monitor answers a
-    request id it has seen with its earlier decision (for ten minutes), so a
-    model that sends the same tool call id and arguments again would
-    otherwise run an approved call twice on one approval. Asking about a
-    call without running it (``runs=False``: the OpenAI SDK's
-    ``needs_approval``, a paused graph) may happen any number of times.
+    What a person approved runs once: the monitor gives an approved call's
+    ALLOW to the first answer (the harness waiting on it, or the first ask
+    again of its request id) and refuses every later one, naming the use;
+    a restarted harness, a second worker or a model repeating a tool call
+    id gets that refusal. Within one gate a call that ran is not let run
+    again either, whatever the monitor says of it (a decision that needed no
+    person is answered again for ten minutes).
+
+    Asking about a call before it runs (``runs=False``: the OpenAI SDK's
+    ``needs_approval`` and ``resolve``) takes an ALLOW the monitor gives
+    and keeps it for the call's run, which then does not ask again: an
+    approval taken there is not used up by asking. So the same gate (one
+    per process, shared) must run the calls it asked about.
     """
 
     def __init__(self, client: AnyClient, mapping: ToolMapping, framework: str) -> None:
@@ -151,12 +169,25 @@ class Gate:
         self.mapping = mapping
         self.framework = framework
         self._ran: OrderedDict[str, None] = OrderedDict()
+        # ALLOWs given before the call runs, by request id.
+        self._taken: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _run_once(self, tool: str, rid: str, verdict: Verdict, runs: bool) -> Verdict:
-        if not (verdict.allowed and runs):
+    def _taken_for(self, rid: str, runs: bool) -> Decision | None:
+        """An ALLOW this gate was given for the call and has not run."""
+        with self._lock:
+            return self._taken.pop(rid, None) if runs else self._taken.get(rid)
+
+    def _settle(self, tool: str, rid: str, verdict: Verdict, runs: bool) -> Verdict:
+        if not verdict.allowed:
             return verdict
         with self._lock:
+            if not runs:
+                if verdict.decision is not None:
+                    self._taken[rid] = verdict.decision
+                    if len(self._taken) > RAN_MEMORY:
+                        self._taken.popitem(last=False)
+                return verdict
             if rid in self._ran:
                 return Verdict(
                     False,
@@ -181,6 +212,9 @@ class Gate:
         if allowed (once per call, see the class)."""
         try:
             request, rid = self._ask(actor, tool, arguments, call_id)
+            taken = self._taken_for(rid, runs)
+            if taken is not None:
+                return self._settle(tool, rid, Verdict(True, "", taken), runs)
             client = self.client
             if isinstance(client, AsyncClient):
                 ask = client.check if wait else client.authorize
@@ -189,7 +223,7 @@ class Gate:
                 decision = await asyncio.to_thread(client.check if wait else client.authorize, actor, request, request_id=rid)
         except Exception as error:  # noqa: BLE001 - every failure is a refusal
             return _refusal(tool, error)
-        return self._run_once(tool, rid, self._verdict(tool, decision), runs)
+        return self._settle(tool, rid, self._verdict(tool, decision), runs)
 
     def check_sync(
         self, actor: Actor, tool: str, arguments: Mapping[str, Any], call_id: str, *, wait: bool, runs: bool
@@ -200,10 +234,13 @@ class Gate:
             if not isinstance(client, Client):
                 raise TypeError("a synchronous tool call needs a warden.Client, not a warden.AsyncClient")
             request, rid = self._ask(actor, tool, arguments, call_id)
+            taken = self._taken_for(rid, runs)
+            if taken is not None:
+                return self._settle(tool, rid, Verdict(True, "", taken), runs)
             decision = (client.check if wait else client.authorize)(actor, request, request_id=rid)
         except Exception as error:  # noqa: BLE001 - every failure is a refusal
             return _refusal(tool, error)
-        return self._run_once(tool, rid, self._verdict(tool, decision), runs)
+        return self._settle(tool, rid, self._verdict(tool, decision), runs)
 
     def _verdict(self, tool: str, decision: Decision) -> Verdict:
         if decision.outcome is Outcome.ALLOW:

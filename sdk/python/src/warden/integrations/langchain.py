@@ -4,12 +4,13 @@
     from warden.integrations import reads, runs
     from warden.integrations.langchain import WardenMiddleware
 
-    warden_guard = WardenMiddleware(
-        warden.Client(),
-        lambda call: warden.Actor("alice", "langchain", call.runtime.config["configurable"]["thread_id"]),
+    warden_guard = WardenMiddleware(  # once per process, shared by every agent
+        warden.Client(),  # WARDEN_ENDPOINT and WARDEN_TOKEN_FILE (a harness token)
+        thread_actor("alice"),  # the session is the graph's thread id
         tools={"read_file": reads("path"), "shell": runs("command")},
     )
     agent = create_agent(model, tools=[read_file, shell, deploy], middleware=[warden_guard])
+    agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "ticket-4711"}})
 
 ``wrap_tool_call`` asks Warden before each tool runs. A call that is not
 allowed does not run: the model gets a ``ToolMessage`` (status ``error``)
@@ -20,7 +21,10 @@ inside Warden's could change a call after Warden checked it.
 
 Each tool call is one Warden request, keyed by the tool call's id: LangGraph
 re-runs a node when a graph resumes, and the same call asked again is the
-same request (the same approval), never a second one.
+same request (the same approval), never a second one. What a person
+approved runs once: a call id asked again after it ran (another worker, a
+restarted process, a model repeating the id) is refused, naming the
+approval's use.
 
 Approvals (``on_pending``): ``"wait"`` (default) waits for the approver until
 the approval's deadline; ``"interrupt"`` pauses the graph with LangGraph's
@@ -41,11 +45,36 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
 from .._model import Actor
-from ._gate import AnyClient, Gate, Mapper, ToolMapping, Verdict
+from ._gate import AnyClient, Gate, Mapper, ToolMapping, Verdict, actor_failed
 
 ActorSource = Union[Actor, Callable[[ToolCallRequest], Actor]]
 Handler = Callable[[ToolCallRequest], Union[ToolMessage, Command[Any]]]
 AsyncHandler = Callable[[ToolCallRequest], Awaitable[Union[ToolMessage, Command[Any]]]]
+
+
+def thread_actor(user: str, agent: str = "langchain") -> Callable[[ToolCallRequest], Actor]:
+    """An actor function for :class:`WardenMiddleware`: ``user`` and
+    ``agent``, in the session that is the graph's thread id (the
+    ``thread_id`` of the config the agent is invoked with)."""
+
+    def actor(request: ToolCallRequest) -> Actor:
+        config = getattr(request.runtime, "config", None) or {}
+        thread = (config.get("configurable") or {}).get("thread_id")
+        if not thread:
+            raise ValueError(f"the agent was invoked without a thread id, which is the Warden session: {INVOKE_WITH_THREAD}")
+        return Actor(user, agent, str(thread))
+
+    return actor
+
+
+INVOKE_WITH_THREAD = 'invoke it with config={"configurable": {"thread_id": "…"}}'
+
+
+def _actor_failed(error: Exception) -> str:
+    """Why the actor could not be told, in words."""
+    missing = error.args[0] if isinstance(error, KeyError) and error.args else None
+    hint = INVOKE_WITH_THREAD if missing in ("thread_id", "configurable") else ""
+    return actor_failed(error, hint)
 
 
 class WardenMiddleware(AgentMiddleware):
@@ -81,7 +110,15 @@ class WardenMiddleware(AgentMiddleware):
 
     def _call(self, request: ToolCallRequest) -> tuple[Actor, str, Mapping[str, Any], str]:
         call = request.tool_call
-        actor = self._actor if isinstance(self._actor, Actor) else self._actor(request)
+        if isinstance(self._actor, Actor):
+            actor = self._actor
+        else:
+            try:
+                actor = self._actor(request)
+            except Exception as error:  # noqa: BLE001 - said in words, and nothing runs
+                raise ValueError(_actor_failed(error)) from error
+            if not isinstance(actor, Actor):
+                raise ValueError(f"the actor function gave a {type(actor).__name__}, not a warden.Actor")
         return actor, call["name"], call.get("args") or {}, call.get("id") or ""
 
     @staticmethod
@@ -107,12 +144,14 @@ class WardenMiddleware(AgentMiddleware):
         try:
             actor, tool, arguments, call_id = self._call(request)
         except Exception as error:  # noqa: BLE001 - fail closed
-            return self._refused(request, Verdict(False, f"Warden did not allow the call: {error}"))
+            return self._refused(request, Verdict(False, f"Warden did not allow `{request.tool_call['name']}`: {error}"))
+        # An ALLOW runs at once (an approval's ALLOW is given once: asking
+        # again would be refused). With "interrupt", PENDING pauses the
+        # graph; once resumed, Warden is asked again, waiting if need be.
         wait = self.on_pending == "wait"
-        verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=wait, runs=wait)
-        if not wait:
-            if verdict.pending:
-                self._pause(verdict)
+        verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=wait, runs=True)
+        if verdict.pending:
+            self._pause(verdict)
             verdict = self._gate.check_sync(actor, tool, arguments, call_id, wait=True, runs=True)
         if not verdict.allowed:
             return self._refused(request, verdict)
@@ -122,12 +161,11 @@ class WardenMiddleware(AgentMiddleware):
         try:
             actor, tool, arguments, call_id = self._call(request)
         except Exception as error:  # noqa: BLE001 - fail closed
-            return self._refused(request, Verdict(False, f"Warden did not allow the call: {error}"))
+            return self._refused(request, Verdict(False, f"Warden did not allow `{request.tool_call['name']}`: {error}"))
         wait = self.on_pending == "wait"
-        verdict = await self._gate.check(actor, tool, arguments, call_id, wait=wait, runs=wait)
-        if not wait:
-            if verdict.pending:
-                self._pause(verdict)
+        verdict = await self._gate.check(actor, tool, arguments, call_id, wait=wait, runs=True)
+        if verdict.pending:
+            self._pause(verdict)
             verdict = await self._gate.check(actor, tool, arguments, call_id, wait=True, runs=True)
         if not verdict.allowed:
             return self._refused(request, verdict)

@@ -4,14 +4,22 @@
     from warden.integrations import reads, runs
     from warden.integrations.openai_agents import WardenGuard
 
-    guard = WardenGuard(warden.Client(), warden.Actor("alice", "openai-agents", "run-1"),
+    @function_tool
+    def shell(command: str) -> str: ...
+
+    # Once per process, shared: warden.AsyncClient() reads WARDEN_ENDPOINT
+    # and WARDEN_TOKEN_FILE (a harness token, never an approver's).
+    guard = WardenGuard(warden.AsyncClient(), warden.Actor("alice", "openai-agents", "run-1"),
                         tools={"read_file": reads("path"), "shell": runs("command")})
     agent = Agent(name="helper", tools=guard.protect(read_file, shell, deploy))
 
-``protect`` adds a tool input guardrail to each tool: before the tool runs,
-its call is asked of Warden (once per tool call id), and a call that is not
-allowed is rejected with a message to the model that names the policy and
-its reason; the tool's function never runs.
+``protect`` adds a tool input guardrail to each tool (a function tool, as
+``@function_tool`` makes): before the tool runs, its call is asked of Warden
+(once per tool call id), and a call that is not allowed is rejected with a
+message to the model that names the policy and its reason; the tool's
+function never runs. What a person approved runs once: the same tool call
+id asked again (by this guard, a second one, or after a restart) is refused,
+naming the approval's use.
 
 Approvals, two ways (``on_pending``):
 
@@ -22,9 +30,11 @@ Approvals, two ways (``on_pending``):
   human-in-the-loop does. ``await guard.resolve(result)`` waits for Warden's
   approvals and returns the run state with each interruption approved or
   rejected as the approver decided; run it again with
-  ``Runner.run(agent, state)``. Approving in the SDK's state by hand does not
-  let a call through: the guardrail still asks Warden when the tool is about
-  to run, and rejects anything Warden has not allowed.
+  ``Runner.run(agent, state)`` and the same guard, which holds the approved
+  calls' ALLOWs (each is given once) until they run. Approving in the SDK's
+  state by hand does not let a call through: the guardrail still asks
+  Warden when the tool is about to run, and rejects anything Warden has not
+  allowed.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from agents.result import RunResult, RunResultStreaming
 from agents.run_state import RunState
 
 from .._model import Actor
-from ._gate import AnyClient, Gate, Mapper, ToolMapping, Verdict
+from ._gate import AnyClient, Gate, Mapper, ToolMapping, Verdict, actor_failed
 
 ActorSource = Union[Actor, Callable[[RunContextWrapper[Any]], Actor]]
 
@@ -105,16 +115,25 @@ class WardenGuard:
             parsed = json.loads(arguments or "{}")
             if not isinstance(parsed, dict):
                 raise ValueError("the arguments are not a JSON object")
-            actor = self.actor_of(context)
         except Exception as error:  # noqa: BLE001 - fail closed
             return Verdict(False, f"Warden did not allow `{tool}`: the call could not be checked ({error})")
+        try:
+            actor = self.actor_of(context)
+            if not isinstance(actor, Actor):
+                raise TypeError(f"it gave a {type(actor).__name__}, not a warden.Actor")
+        except Exception as error:  # noqa: BLE001 - fail closed
+            return Verdict(False, f"Warden did not allow `{tool}`: {actor_failed(error)}")
         return await self._gate.check(actor, tool, parsed, call_id, wait=wait, runs=runs)
 
     def _needs_approval(self, tool: str) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
         async def needs_approval(context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str) -> bool:
             # Only PENDING interrupts. A DENY or an error runs into the
             # guardrail, which asks again (the same request) and rejects.
-            verdict = await self._gate.check(self.actor_of(context), tool, arguments, call_id, wait=False, runs=False)
+            try:
+                actor = self.actor_of(context)
+            except Exception:  # noqa: BLE001 - the guardrail says why, and rejects
+                return False
+            verdict = await self._gate.check(actor, tool, arguments, call_id, wait=False, runs=False)
             return verdict.pending
 
         return needs_approval
