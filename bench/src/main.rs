@@ -86,6 +86,12 @@ struct Args {
     /// File holding the harness token for --target.
     #[arg(long, value_name = "FILE", requires = "target")]
     token_file: Option<PathBuf>,
+
+    /// Give each request a request id and ask it a second time under that
+    /// id at once (a harness retrying): the re-asks' latency is reported
+    /// apart (`re_ask_*`), the table and counts are the first asks'.
+    #[arg(long)]
+    re_ask: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -305,6 +311,8 @@ fn human(us: f64) -> String {
 #[derive(Default)]
 struct Tally {
     latencies: Vec<Duration>,
+    /// With --re-ask: the second asks under the same request id.
+    re_asks: Vec<Duration>,
     allow: u64,
     deny: u64,
     pending: u64,
@@ -316,6 +324,7 @@ struct Tally {
 impl Tally {
     fn merge(&mut self, other: Tally) {
         self.latencies.extend(other.latencies);
+        self.re_asks.extend(other.re_asks);
         self.allow += other.allow;
         self.deny += other.deny;
         self.pending += other.pending;
@@ -515,8 +524,16 @@ fn outcome_matches(outcome: Outcome, expect: Expect) -> bool {
     )
 }
 
-/// `concurrency` callers, each calling `Authorize` back to back until `duration` is over.
-async fn drive(client: &Client, slots: usize, concurrency: usize, duration: Duration, round: u64) -> Result<Tally> {
+/// `concurrency` callers, each calling `Authorize` back to back until
+/// `duration` is over; with `re_ask`, each request twice under one id.
+async fn drive(
+    client: &Client,
+    slots: usize,
+    concurrency: usize,
+    duration: Duration,
+    round: u64,
+    re_ask: bool,
+) -> Result<Tally> {
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::with_capacity(concurrency);
     for task in 0..concurrency {
@@ -528,10 +545,21 @@ async fn drive(client: &Client, slots: usize, concurrency: usize, duration: Dura
             while Instant::now() < deadline {
                 let spec = spec(slots, task, i);
                 i += 1;
-                let (actor, request) = spec.sdk();
+                let (actor, mut request) = spec.sdk();
+                if re_ask {
+                    request = request.request_id(format!("bench-{round}-{task}-{i}"));
+                }
                 let start = Instant::now();
-                let answer = client.authorize(&actor, request).await;
+                let answer = client.authorize(&actor, request.clone()).await;
                 tally.latencies.push(start.elapsed());
+                if re_ask && let Ok(first) = &answer {
+                    let start = Instant::now();
+                    let again = client.authorize(&actor, request).await;
+                    tally.re_asks.push(start.elapsed());
+                    if !again.is_ok_and(|again| again.outcome == first.outcome) {
+                        tally.unexpected += 1;
+                    }
+                }
                 match answer {
                     Ok(decision) => {
                         match decision.outcome {
@@ -559,6 +587,7 @@ async fn drive(client: &Client, slots: usize, concurrency: usize, duration: Dura
         total.merge(task.await?);
     }
     total.latencies.sort_unstable();
+    total.re_asks.sort_unstable();
     Ok(total)
 }
 
@@ -661,6 +690,9 @@ impl Row {
             "p90_us": micros(percentile(l, 0.9)),
             "p99_us": micros(percentile(l, 0.99)),
             "max_us": micros(l.last().copied().unwrap_or_default()),
+            "re_asks": self.tally.re_asks.len(),
+            "re_ask_p50_us": micros(percentile(&self.tally.re_asks, 0.5)),
+            "re_ask_p99_us": micros(percentile(&self.tally.re_asks, 0.99)),
             "cpu_us_per_decision": self.cpu_us_per_decision,
             "rss_mib": self.rss_mib.map(|(now, _)| now),
             "peak_rss_mib": self.rss_mib.map(|(_, peak)| peak),
@@ -765,6 +797,18 @@ impl Printer {
             }
             println!("{}", row.table());
         }
+        let re = &row.tally.re_asks;
+        if !re.is_empty() {
+            let first = &row.tally.latencies;
+            self.note(&format!(
+                "re-asks under the same request id (a `replay` record each): {}, p50 {} (first asks {}), p99 {} (first asks {})",
+                re.len(),
+                human(micros(percentile(re, 0.5))),
+                human(micros(percentile(first, 0.5))),
+                human(micros(percentile(re, 0.99))),
+                human(micros(percentile(first, 0.99))),
+            ));
+        }
         if row.tally.errors > 0 {
             eprintln!(
                 "ERROR: {} of {} calls failed (policies {}, concurrency {}); first error: {}",
@@ -831,7 +875,7 @@ async fn main() -> Result<()> {
         warm_up(&client, slots).await?;
         for (round, &concurrency) in args.concurrency.iter().enumerate() {
             let began = Instant::now();
-            let tally = drive(&client, slots, concurrency, duration, round as u64 + 1).await?;
+            let tally = drive(&client, slots, concurrency, duration, round as u64 + 1, args.re_ask).await?;
             let row = Row {
                 policies: None,
                 concurrency,
@@ -887,7 +931,7 @@ async fn main() -> Result<()> {
                 for (round, &concurrency) in args.concurrency.iter().enumerate() {
                     let cpu_before = cpu_ticks(wardend.pid);
                     let began = Instant::now();
-                    let tally = drive(&client, slots, concurrency, duration, round as u64 + 1).await?;
+                    let tally = drive(&client, slots, concurrency, duration, round as u64 + 1, args.re_ask).await?;
                     let seconds = began.elapsed().as_secs_f64();
                     let cpu_after = cpu_ticks(wardend.pid);
                     let decisions = tally.latencies.len() as f64;
