@@ -78,6 +78,16 @@ struct Flags {
     web: Option<String>,
 }
 
+/// A line on standard output for the person who started wardend. A closed
+/// standard output (`wardend | head -1`) is no reason to stop serving: what
+/// is said here is also in the data folder or the logs.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// mimalloc keeps freed memory for a purge delay (1 s) before it gives it
 /// back, and purges only while allocating. An idle monitor would keep what
 /// its last burst freed: 20–25 MiB more resident after a run at 32
@@ -179,15 +189,15 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let setup = load_or_create_credentials(&settings.data, &settings.credentials)?;
     if !setup.created_tokens.is_empty() {
-        println!("First start: created one token per role (mode 0600):");
+        say!("First start: created one token per role (mode 0600):");
         for (role, path) in &setup.created_tokens {
-            println!("  {role:<9} {}", path.display());
+            say!("  {role:<9} {}", path.display());
         }
-        println!(
+        say!(
             "Their hashes are in {}. The harness token may act for every user (users = [\"*\"]): narrow it there.",
             settings.data.join(warden_monitor::config::CREDENTIALS_FILE).display()
         );
-        println!("Use a token with: wardenctl --token-file <file> …, or WARDEN_TOKEN=$(cat <file>).");
+        say!("Use a token with: wardenctl --token-file <file> …, or WARDEN_TOKEN=$(cat <file>).");
     }
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -230,7 +240,7 @@ async fn serve(
         notify_systemd(&[NotifyState::Stopping, NotifyState::Status("stopping: finishing what is in flight")]);
     };
     let server = start_with_signal(config, listener, stopping).await?;
-    println!(
+    say!(
         "wardend listening on {} (policies {}, data {})",
         server.addr(),
         settings.policies.display(),
@@ -240,7 +250,7 @@ async fn serve(
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .with_context(|| format!("cannot serve metrics on {address}"))?;
-        println!("wardend metrics on http://{}/metrics", listener.local_addr()?);
+        say!("wardend metrics on http://{}/metrics", listener.local_addr()?);
         server.serve_metrics(listener);
     }
     if let Some(address) = web {
@@ -248,7 +258,7 @@ async fn serve(
             .await
             .with_context(|| format!("cannot serve the approval page on {address}"))?;
         let origin = server.serve_web(listener, settings.web_origin.as_deref())?;
-        println!("wardend approval page on {origin}");
+        say!("wardend approval page on {origin}");
     }
     // Only now, with every listener bound, the policies loaded and the store
     // open: a unit ordered after wardend (`Type=notify`) may connect at once.

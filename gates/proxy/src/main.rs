@@ -1,5 +1,6 @@
 //! `warden-proxy`: flags, the monitor client, the CA, and the listener.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -110,12 +111,17 @@ fn main() -> ExitCode {
 fn run(flags: Flags) -> anyhow::Result<()> {
     if let Some(Command::Ca { print, data }) = &flags.command {
         let ca = Authority::load_or_create(data)?;
-        if *print {
-            print!("{}", ca.cert_pem());
+        let text = if *print {
+            ca.cert_pem().to_owned()
         } else {
-            println!("{}", data.join(warden_proxy::ca::CERT_FILE).display());
-        }
-        return Ok(());
+            format!("{}\n", data.join(warden_proxy::ca::CERT_FILE).display())
+        };
+        return match std::io::stdout().lock().write_all(text.as_bytes()) {
+            // The reader left (`warden-proxy ca --print | head -1`): quietly,
+            // as a shell's own commands do (128 + SIGPIPE).
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
+            written => written.context("cannot write to standard output"),
+        };
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let clients = match (&flags.clients, flags.user.clone(), flags.session.clone()) {
@@ -160,7 +166,10 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         let warden = warden_sdk::Client::connect_lazy(endpoint, &token).await?;
         let listener =
             Listener::bind(&flags.listen).await.with_context(|| format!("cannot listen on {}", flags.listen))?;
-        println!(
+        // Said for whoever started it; a closed standard output is no reason
+        // to stop serving.
+        let _ = writeln!(
+            std::io::stdout(),
             "warden-proxy listening on {} (CA {}, {} secrets)",
             listener.address(),
             flags.data.join(warden_proxy::ca::CERT_FILE).display(),

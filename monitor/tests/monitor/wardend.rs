@@ -373,3 +373,44 @@ fn the_socket_opens_to_other_uids_only_when_socket_uids_names_them() {
         assert!(wardend.terminate().success());
     }
 }
+
+/// `wardend | head -1`: a closed standard output is no reason to stop
+/// serving (nor to panic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_standard_output_does_not_stop_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wardend"))
+        .args(["--listen", &address, "--data"])
+        .arg(&data)
+        .arg("--policies")
+        .arg(policies())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end is closed before the first line is written.
+    drop(child.stdout.take());
+    let token = data.join("harness.token");
+    let endpoint = format!("http://{address}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let decision = loop {
+        assert!(child.try_wait().unwrap().is_none(), "wardend exited with its standard output closed");
+        if let Ok(token) = std::fs::read_to_string(&token)
+            && tokio::net::TcpStream::connect(&address).await.is_ok()
+        {
+            break decide(&endpoint, token.trim()).await;
+        }
+        assert!(std::time::Instant::now() < deadline, "wardend did not serve");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(decision.outcome, Outcome::Allow);
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
