@@ -1,0 +1,242 @@
+//! `warden-run [--user U] [--session ID] [--workspace DIR] -- COMMAND…`: the
+//! command in a box (bubblewrap) whose only way out is the run's
+//! `warden-proxy`, asking Warden as one session; see the crate's docs.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use warden_proxy::ca::Authority;
+use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
+use warden_proxy::proxy::{self, Listener, Settings};
+use warden_run::rundir::{RunDir, valid_session};
+use warden_run::{inside, sandbox};
+use warden_sdk::Actor;
+
+/// The hidden first argument of `warden-run` run again inside the box.
+const INSIDE: &str = "__inside";
+
+/// Runs an agent in a box whose only way out is Warden's egress proxy, as
+/// one Warden session, with no Warden token inside.
+#[derive(Parser, Debug)]
+#[command(name = "warden-run", version = warden_version::VERSION)]
+struct Flags {
+    /// The user the agent acts for [default: WARDEN_USER, else the OS user]
+    #[arg(long)]
+    user: Option<String>,
+    /// The agent kind, as policies name it [default: the command's name]
+    #[arg(long)]
+    agent: Option<String>,
+    /// The run's session id [default: a new one, printed at start]
+    #[arg(long)]
+    session: Option<String>,
+    /// The folder the agent works in, read-write [default: the current folder]
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// A folder or file the agent must not see at all (repeatable; the
+    /// user's credential folders, the token file's folder and the
+    /// workspace's `.env*` and key files are hidden anyway)
+    #[arg(long, value_name = "PATH")]
+    hide: Vec<PathBuf>,
+    /// PEM certificates the proxy trusts for upstream servers, besides the
+    /// system's
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Run the command unconfined: it can read the user's credentials and
+    /// reach the network around the proxy (a warning says so at every start)
+    #[arg(long)]
+    no_sandbox: bool,
+    /// bubblewrap's program
+    #[arg(long, env = "WARDEN_BWRAP", value_name = "PATH", default_value = "bwrap")]
+    bwrap: PathBuf,
+    /// The command and its arguments
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(INSIDE) {
+        return run_inside(args.get(2..).unwrap_or_default());
+    }
+    let flags = Flags::parse();
+    match run(flags) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("warden-run: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// In the box: `ADDRESS SOCKET -- COMMAND…`.
+fn run_inside(args: &[String]) -> ExitCode {
+    let [address, socket, dashes, command @ ..] = args else {
+        eprintln!("warden-run: {INSIDE} takes ADDRESS SOCKET -- COMMAND…");
+        return ExitCode::FAILURE;
+    };
+    if dashes != "--" {
+        eprintln!("warden-run: {INSIDE} takes ADDRESS SOCKET -- COMMAND…");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = inside::relay(address, Path::new(socket)) {
+        eprintln!("warden-run: cannot relay {address} to the proxy: {e}");
+        return ExitCode::FAILURE;
+    }
+    match inside::run(command) {
+        Ok(status) => ExitCode::from(inside::code(status)),
+        Err(e) => {
+            eprintln!("warden-run: cannot run `{}`: {e}", command.first().map_or("", String::as_str));
+            ExitCode::from(127)
+        }
+    }
+}
+
+/// `WARDEN_USER`, else the OS user.
+fn os_user() -> Option<String> {
+    ["WARDEN_USER", "USER", "LOGNAME"].iter().find_map(|name| std::env::var(name).ok().filter(|u| !u.is_empty()))
+}
+
+fn token() -> anyhow::Result<(String, Option<PathBuf>)> {
+    match (std::env::var("WARDEN_TOKEN"), std::env::var("WARDEN_TOKEN_FILE")) {
+        (Ok(token), _) if !token.is_empty() => Ok((token, None)),
+        (_, Ok(path)) => {
+            let token = warden_sdk::read_token_file(&path).context("WARDEN_TOKEN_FILE")?;
+            Ok((token, Some(PathBuf::from(path))))
+        }
+        _ => bail!("no harness token: set WARDEN_TOKEN_FILE (or WARDEN_TOKEN); the agent never sees it"),
+    }
+}
+
+/// Whether bubblewrap can make the box here; why not, when it cannot.
+fn check_sandbox(bwrap: &Path) -> anyhow::Result<()> {
+    let probe = std::process::Command::new(bwrap)
+        .args(["--unshare-user", "--unshare-pid", "--unshare-net", "--disable-userns", "--die-with-parent"])
+        .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output();
+    let cannot = "cannot confine the agent";
+    let unconfined = "(or run it unconfined, knowingly, with --no-sandbox)";
+    match probe {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{cannot}: bubblewrap (`{}`) is not installed: `apt-get install bubblewrap` {unconfined}",
+            bwrap.display()
+        ),
+        Err(e) => bail!("{cannot}: `{}` does not run: {e} {unconfined}", bwrap.display()),
+        Ok(out) if !out.status.success() => bail!(
+            "{cannot}: bubblewrap cannot make the namespaces here: {}; unprivileged user namespaces must be allowed \
+             (/proc/sys/user/max_user_namespaces above 0, kernel.unprivileged_userns_clone=1, Ubuntu's \
+             kernel.apparmor_restrict_unprivileged_userns=0, a container's seccomp profile), and bubblewrap 0.8 or \
+             later {unconfined}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Ok(_) => Ok(()),
+    }
+}
+
+fn run(flags: Flags) -> anyhow::Result<u8> {
+    let Some(user) = flags.user.clone().or_else(os_user) else {
+        bail!("no user to act for: give --user or set WARDEN_USER");
+    };
+    let program = flags.command.first().map(|c| Path::new(c).file_name().map(|n| n.to_string_lossy().into_owned()));
+    let agent = flags.agent.clone().or(program.flatten()).unwrap_or_else(|| "agent".into());
+    let session = flags.session.clone().unwrap_or_else(|| format!("run-{}", uuid::Uuid::new_v4()));
+    if !valid_session(&session) {
+        bail!("--session `{session}`: 1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot");
+    }
+    let workspace = match &flags.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("the current folder")?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .ok()
+        .filter(|w| w.is_dir())
+        .with_context(|| format!("--workspace {}: not a folder", workspace.display()))?;
+    let (token, token_file) = token()?;
+    if flags.no_sandbox {
+        eprintln!(
+            "warden-run: WARNING: --no-sandbox: `{}` runs unconfined: it can read your credentials and the Warden \
+             token file, and reach the network around the proxy",
+            flags.command.join(" ")
+        );
+    } else {
+        check_sandbox(&flags.bwrap)?;
+    }
+    let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| warden_sdk::DEFAULT_ENDPOINT.to_owned());
+    let run_dir = RunDir::create(&session).context("the run's folder")?;
+    let ca = Authority::load_or_create(&run_dir.proxy_data())?;
+    let bundle = run_dir.write_ca_bundle(ca.cert_pem()).context("the CA bundle")?;
+    let mut settings = Settings::new(Clients::fixed(
+        Actor::new(user.clone(), agent.clone(), session.clone()),
+        DEFAULT_MAX_CONNECTIONS,
+    ));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = settings.upstream_roots.add(cert);
+    }
+    if let Some(path) = &flags.upstream_ca {
+        let pem = std::fs::read(path).with_context(|| format!("--upstream-ca {}", path.display()))?;
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+            let cert: rustls::pki_types::CertificateDer<'static> =
+                cert.with_context(|| format!("--upstream-ca {}: not PEM certificates", path.display()))?;
+            settings.upstream_roots.add(cert).with_context(|| format!("--upstream-ca {}", path.display()))?;
+        }
+    }
+    let outer: Vec<(String, String)> = std::env::vars().collect();
+    let mut hidden = flags.hide.clone();
+    // The token's folder (a monitor's data folder holds every role's).
+    if let Some(folder) = token_file.as_deref().and_then(Path::parent) {
+        hidden.push(folder.to_owned());
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // The box is spawned from this (the main) thread, which lives until the
+    // run ends: bubblewrap's --die-with-parent follows the thread that
+    // spawned it.
+    runtime.block_on(async move {
+        let socket = run_dir.proxy_socket();
+        let listener = Listener::bind(&format!("unix:{}", socket.display()))
+            .await
+            .with_context(|| format!("the proxy's socket {}", socket.display()))?;
+        let warden = warden_sdk::Client::connect_lazy(endpoint, &token).await?;
+        tokio::spawn(proxy::serve(listener, warden, ca, settings));
+        eprintln!("warden-run: session {session} ({user}, {agent}); workspace {}", workspace.display());
+        let mut child = if flags.no_sandbox {
+            let relayed = inside::relay("127.0.0.1:0", &socket).context("the relay to the proxy")?;
+            let env =
+                sandbox::box_env(&outer, &user, &agent, &session, &relayed.to_string(), &bundle.to_string_lossy());
+            let (program, args) = flags.command.split_first().context("no command")?;
+            std::process::Command::new(program)
+                .args(args)
+                .env_clear()
+                .envs(env)
+                .current_dir(&workspace)
+                .spawn()
+                .with_context(|| format!("cannot run `{program}`"))?
+        } else {
+            let exe = std::env::current_exe().context("warden-run's own path")?;
+            let mut inside_argv = vec![exe.into_os_string(), INSIDE.into()];
+            inside_argv.extend([sandbox::PROXY_ADDRESS.into(), sandbox::PROXY_SOCKET.into(), "--".into()]);
+            inside_argv.extend(flags.command.iter().map(Into::into));
+            let spec = sandbox::BoxSpec {
+                run_dir: run_dir.path().to_owned(),
+                workspace: workspace.clone(),
+                home: std::env::var_os("HOME").map(PathBuf::from),
+                hidden,
+                env: sandbox::box_env(&outer, &user, &agent, &session, sandbox::PROXY_ADDRESS, sandbox::CA_BUNDLE),
+                inside: inside_argv,
+            };
+            std::process::Command::new(&flags.bwrap)
+                .args(sandbox::bwrap_args(&spec, &run_dir.empty()))
+                .env_clear()
+                .spawn()
+                .with_context(|| format!("cannot start `{}`", flags.bwrap.display()))?
+        };
+        let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+        drop(run_dir);
+        Ok(inside::code(status))
+    })
+}

@@ -1,0 +1,305 @@
+//! The box, pure: what bubblewrap is told (namespaces, what is visible and
+//! writable, the environment) for a run, from what exists on disk now.
+//!
+//! The agent sees the system read-only, its workspace read-write, a private
+//! `/tmp` and `/run`, and nothing of the user's credentials, the monitor's
+//! data or the run's own folder; its network is a loopback of its own, where
+//! the relay (`warden-run __inside`) forwards the proxy port to the run's
+//! `warden-proxy` outside.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Where the run's folder appears inside the box.
+pub const INSIDE: &str = "/run/warden";
+/// The proxy's socket inside the box.
+pub const PROXY_SOCKET: &str = "/run/warden/sock/proxy.sock";
+/// The CA bundle inside the box: the system's roots and the proxy's CA.
+pub const CA_BUNDLE: &str = "/run/warden/ca-bundle.pem";
+/// Where the relay listens inside the box.
+pub const PROXY_ADDRESS: &str = "127.0.0.1:3128";
+
+/// The user's credential folders and files, relative to the home folder:
+/// not there at all inside the box.
+pub const HOME_CREDENTIALS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".docker/config.json",
+    ".kube",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".password-store",
+    ".vault-token",
+    ".pgpass",
+    ".terraform.d/credentials.tfrc.json",
+];
+
+/// Files in the workspace that hold credentials, by name: shown empty.
+pub fn is_workspace_secret(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let env = lower == ".env"
+        || (lower.starts_with(".env.") && !matches!(lower.as_str(), ".env.example" | ".env.sample" | ".env.template"));
+    let key = [".pem", ".key", ".p12", ".pfx", ".jks", ".keystore"].iter().any(|end| lower.ends_with(end));
+    env || key
+        || matches!(lower.as_str(), "id_rsa" | "id_ecdsa" | "id_ed25519" | "id_dsa" | ".netrc" | ".npmrc" | ".pypirc")
+}
+
+/// Folders of the workspace that are not searched for secrets (generated or
+/// vendored trees; the agent reads them like any other file).
+const NOT_SEARCHED: &[&str] = &[".git", "node_modules", "target", ".venv", "venv", "__pycache__"];
+/// How deep, and how many entries at most, the workspace is searched.
+const SEARCH_DEPTH: usize = 8;
+const SEARCH_ENTRIES: usize = 100_000;
+
+/// The agent's own settings, hooks and what runs later outside the box
+/// (git hooks and config, direnv): read-only inside the workspace.
+pub const WORKSPACE_READ_ONLY: &[&str] =
+    &[".claude", ".mcp.json", ".codex", ".gemini", ".git/hooks", ".git/config", ".envrc", ".vscode"];
+
+/// The environment variables passed into the box as they are; every other
+/// one (tokens, keys, agent sockets) stays outside.
+pub const PASSED_ENV: &[&str] =
+    &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TZ", "COLORTERM", "NO_COLOR"];
+
+/// What a box is made of.
+#[derive(Debug, Clone)]
+pub struct BoxSpec {
+    /// The run's folder outside: `sock/` and `ca-bundle.pem` are shown
+    /// inside at [`INSIDE`]; the rest (the proxy's CA key) is not.
+    pub run_dir: PathBuf,
+    /// The workspace, read-write.
+    pub workspace: PathBuf,
+    /// The user's home folder, whose credentials are hidden.
+    pub home: Option<PathBuf>,
+    /// More folders or files not to be there at all (the monitor's data
+    /// folder, token files).
+    pub hidden: Vec<PathBuf>,
+    /// The environment inside, in order.
+    pub env: Vec<(String, String)>,
+    /// The program that runs inside (`warden-run` itself, as the relay).
+    pub inside: Vec<OsString>,
+}
+
+/// A path that exists now, with its links followed (a mask is mounted where
+/// the path leads); `None` for one that does not (nothing to hide, and
+/// bubblewrap cannot mount over nothing).
+fn existing(path: &Path) -> Option<(PathBuf, bool)> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let dir = std::fs::metadata(&real).ok()?.is_dir();
+    Some((real, dir))
+}
+
+/// The workspace's secret files, found now (bounded).
+pub fn workspace_secrets(workspace: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack = vec![(workspace.to_owned(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > SEARCH_ENTRIES {
+                return found;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                if depth < SEARCH_DEPTH && !NOT_SEARCHED.contains(&name.as_str()) {
+                    stack.push((entry.path(), depth + 1));
+                }
+            } else if kind.is_file() && is_workspace_secret(&name) {
+                found.push(entry.path());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// bubblewrap's arguments for `spec`, masks for what exists now included;
+/// `empty`: a 0-byte read-only file that masks files.
+pub fn bwrap_args(spec: &BoxSpec, empty: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&std::ffi::OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
+    // New user, mount, PID, network, IPC and UTS namespaces; no more user
+    // namespaces inside; the box dies with warden-run; a new session, so
+    // the agent cannot push input into the terminal (TIOCSTI).
+    for flag in [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "warden-run",
+    ] {
+        push(&[flag.as_ref()]);
+    }
+    // The system read-only; devices, /proc and a private /tmp and /run
+    // (no host sockets: agents, D-Bus, docker, the resolver, wardend's).
+    push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
+    push(&["--dev".as_ref(), "/dev".as_ref(), "--proc".as_ref(), "/proc".as_ref()]);
+    for tmp in ["/tmp", "/var/tmp", "/run", "/dev/shm"] {
+        push(&["--tmpfs".as_ref(), tmp.as_ref()]);
+    }
+    let sock = spec.run_dir.join("sock");
+    let bundle = spec.run_dir.join("ca-bundle.pem");
+    push(&["--ro-bind".as_ref(), sock.as_os_str(), Path::new(INSIDE).join("sock").as_os_str()]);
+    push(&["--ro-bind".as_ref(), bundle.as_os_str(), CA_BUNDLE.as_ref()]);
+    // The workspace read-write, with its secrets empty and the agent's
+    // settings read-only.
+    push(&["--bind".as_ref(), spec.workspace.as_os_str(), spec.workspace.as_os_str()]);
+    let mut masks: Vec<(PathBuf, bool)> = Vec::new();
+    if let Some(home) = &spec.home {
+        masks.extend(HOME_CREDENTIALS.iter().filter_map(|p| existing(&home.join(p))));
+    }
+    masks.extend(spec.hidden.iter().filter_map(|p| existing(p)));
+    masks.extend(workspace_secrets(&spec.workspace).iter().filter_map(|p| existing(p)));
+    for (path, dir) in &masks {
+        if *dir {
+            push(&["--tmpfs".as_ref(), path.as_os_str()]);
+        } else {
+            push(&["--ro-bind".as_ref(), empty.as_os_str(), path.as_os_str()]);
+        }
+    }
+    for relative in WORKSPACE_READ_ONLY {
+        if let Some((path, _)) = existing(&spec.workspace.join(relative))
+            && path.starts_with(&spec.workspace)
+        {
+            push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+        }
+    }
+    push(&["--chdir".as_ref(), spec.workspace.as_os_str(), "--clearenv".as_ref()]);
+    for (name, value) in &spec.env {
+        push(&["--setenv".as_ref(), name.as_ref(), value.as_ref()]);
+    }
+    args.push("--".into());
+    args.extend(spec.inside.iter().cloned());
+    args
+}
+
+/// The environment inside the box: the passed variables (and `LC_*`) of
+/// `outer`, the proxy (`proxy`, an address) and CA trust (`bundle`)
+/// variables, and who the run is for.
+pub fn box_env(
+    outer: &[(String, String)],
+    user: &str,
+    agent: &str,
+    session: &str,
+    proxy: &str,
+    bundle: &str,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = outer
+        .iter()
+        .filter(|(name, _)| PASSED_ENV.contains(&name.as_str()) || name.starts_with("LC_"))
+        .cloned()
+        .collect();
+    let proxy = format!("http://{proxy}");
+    for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        env.push((name.into(), proxy.clone()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push((name.into(), "localhost,127.0.0.1,::1".into()));
+    }
+    for name in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+        "CARGO_HTTP_CAINFO",
+    ] {
+        env.push((name.into(), bundle.into()));
+    }
+    env.push(("WARDEN_USER".into(), user.into()));
+    env.push(("WARDEN_AGENT".into(), agent.into()));
+    env.push(("WARDEN_SESSION".into(), session.into()));
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_files_are_told_from_their_examples() {
+        for name in [".env", ".env.local", ".ENV.production", "server.key", "tls.pem", "id_ed25519", "store.p12"] {
+            assert!(is_workspace_secret(name), "{name}");
+        }
+        for name in [".env.example", ".env.sample", "main.rs", "keys.rs", "README.md", ".envrc"] {
+            assert!(!is_workspace_secret(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn what_exists_is_masked_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        let workspace = root.path().join("work");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".netrc"), "machine x").unwrap();
+        std::fs::create_dir_all(workspace.join("app/node_modules/x")).unwrap();
+        std::fs::write(workspace.join("app/.env"), "KEY=1").unwrap();
+        std::fs::write(workspace.join("app/node_modules/x/.env"), "vendored").unwrap();
+        std::fs::create_dir_all(workspace.join(".claude")).unwrap();
+        let spec = BoxSpec {
+            run_dir: root.path().join("run"),
+            workspace: workspace.canonicalize().unwrap(),
+            home: Some(home.clone()),
+            hidden: vec![root.path().join("no-such-data")],
+            env: vec![("A".into(), "1".into())],
+            inside: vec!["/bin/true".into()],
+        };
+        let empty = root.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        let args: Vec<String> = bwrap_args(&spec, &empty).into_iter().map(|a| a.into_string().unwrap()).collect();
+        let after = |flag: &str, value: &Path| {
+            let value = value.canonicalize().unwrap().display().to_string();
+            args.windows(2).any(|w| w[0] == flag && w[1] == value)
+        };
+        assert!(after("--tmpfs", &home.join(".ssh")), "{args:?}");
+        assert!(after("--ro-bind", &empty) && args.iter().any(|a| a.ends_with("/.netrc")), "{args:?}");
+        assert!(args.iter().any(|a| a.ends_with("/app/.env")), "{args:?}");
+        assert!(!args.iter().any(|a| a.contains("node_modules")), "vendored trees are not searched: {args:?}");
+        assert!(!args.iter().any(|a| a.contains("no-such-data") || a.contains(".aws")), "{args:?}");
+        assert!(after("--ro-bind", &workspace.join(".claude")), "{args:?}");
+        // The workspace is bound before its masks, which would otherwise be
+        // mounted over by it.
+        let bind = args.iter().position(|a| a == "--bind").unwrap();
+        let env_mask = args.iter().position(|a| a.ends_with("/app/.env")).unwrap();
+        assert!(bind < env_mask);
+        assert_eq!(args.iter().rev().take(2).collect::<Vec<_>>(), ["/bin/true", "--"]);
+    }
+
+    #[test]
+    fn the_environment_inside_holds_no_token() {
+        let outer: Vec<(String, String)> = [
+            ("PATH", "/usr/bin"),
+            ("LC_ALL", "C.UTF-8"),
+            ("WARDEN_TOKEN", "secret"),
+            ("ANTHROPIC_API_KEY", "secret"),
+            ("SSH_AUTH_SOCK", "secret"),
+        ]
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .into();
+        let env = box_env(&outer, "alice", "sh", "run-1", PROXY_ADDRESS, CA_BUNDLE);
+        assert!(env.contains(&("LC_ALL".into(), "C.UTF-8".into())));
+        assert!(env.iter().all(|(_, value)| value != "secret"), "{env:?}");
+        assert!(env.contains(&("PATH".into(), "/usr/bin".into())));
+        assert!(env.contains(&("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())));
+        assert!(env.contains(&("WARDEN_SESSION".into(), "run-1".into())));
+    }
+}

@@ -1,0 +1,310 @@
+//! warden-run end to end: a real monitor on loopback, the real bubblewrap,
+//! and programs nobody here wrote (sh, cat, env, curl, sleep) in the box. A
+//! test skips with a printed reason when bubblewrap (or curl) is missing,
+//! unless `WARDEN_REQUIRE_SANDBOX=1` (as in `.ci/run`).
+
+// A test binary: a failed unwrap is a failed test, which is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warden_monitor::auth::{CredentialConfig, Role};
+use warden_proto::v1 as pb;
+
+const HARNESS: &str = "wdn_run_test_harness";
+const ADMIN: &str = "wdn_run_test_admin";
+
+/// Every http.request is allowed, but a POST to /upload.
+const POLICIES: &str = r#"
+@id("web.any") @reason("the web may be read")
+permit (principal, action == Action::"http.request", resource);
+
+@id("web.no-upload") @reason("nothing is uploaded")
+forbid (principal, action == Action::"http.request", resource) when { resource.path == "/upload" };
+"#;
+
+/// Whether the box can be made here; if not, the test skips (and fails
+/// when WARDEN_REQUIRE_SANDBOX, set by CI, says it must be).
+fn sandbox_or_skip() -> bool {
+    let probe = Command::new("bwrap")
+        .args(["--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "--", "true"])
+        .stderr(Stdio::piped())
+        .output();
+    let why = match probe {
+        Ok(out) if out.status.success() => return true,
+        Ok(out) => format!("bubblewrap cannot make namespaces here: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => format!("bubblewrap is not installed ({e})"),
+    };
+    assert!(std::env::var_os("WARDEN_REQUIRE_SANDBOX").is_none(), "WARDEN_REQUIRE_SANDBOX is set but {why}");
+    println!("skipped: {why}");
+    false
+}
+
+fn found_or_skip(program: &str) -> bool {
+    let found = Command::new(program).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("WARDEN_REQUIRE_SANDBOX").is_none(),
+            "WARDEN_REQUIRE_SANDBOX is set but {program} is missing"
+        );
+        println!("skipped: {program} is not installed");
+    }
+    found
+}
+
+/// A user's machine: a home with credentials, a workspace with a `.env`, a
+/// monitor data folder with a token file; outside `/tmp` (which the box
+/// replaces), so that what hides them is the box's masks.
+struct Machine {
+    root: tempfile::TempDir,
+}
+
+impl Machine {
+    fn new() -> Self {
+        let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let machine = Self { root };
+        std::fs::create_dir_all(machine.home().join(".ssh")).unwrap();
+        std::fs::write(machine.home().join(".ssh/id_rsa"), "PRIVATE KEY").unwrap();
+        std::fs::create_dir_all(machine.workspace().join("app")).unwrap();
+        std::fs::write(machine.workspace().join(".env"), "API_KEY=real").unwrap();
+        std::fs::write(machine.workspace().join("app/.env.local"), "DB_PASSWORD=real").unwrap();
+        std::fs::write(machine.workspace().join("notes.txt"), "my notes").unwrap();
+        std::fs::create_dir_all(machine.data()).unwrap();
+        std::fs::write(machine.token_file(), HARNESS).unwrap();
+        std::fs::set_permissions(machine.token_file(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        machine
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.root.path().join("warden-data")
+    }
+
+    fn token_file(&self) -> PathBuf {
+        self.data().join("harness.token")
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.workspace().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    /// `warden-run` as a user runs it from the workspace.
+    fn warden_run(&self, endpoint: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden-run"));
+        command
+            .args(args)
+            .current_dir(self.workspace())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("USER", "alice")
+            .env("WARDEN_ENDPOINT", endpoint)
+            .env("WARDEN_TOKEN_FILE", self.token_file());
+        command
+    }
+}
+
+async fn monitor() -> warden_tests::monitor::OwnPolicies {
+    warden_tests::monitor::start_with_policies(
+        POLICIES,
+        vec![
+            CredentialConfig::for_token("run-harness", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+        ],
+    )
+    .await
+    .unwrap()
+}
+
+async fn output(mut command: Command) -> Output {
+    tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
+}
+
+/// Inside the box the user's credentials, the token file and the
+/// workspace's `.env` files are not there (or empty), the system is
+/// read-only, the workspace is written (checked on disk), the environment
+/// holds no token, and the agent's exit code is the run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_box_hides_credentials_and_keeps_writes_to_the_workspace() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    let token_file = machine.token_file().display().to_string();
+    let script = format!(
+        "cat ~/.ssh/id_rsa > got-ssh 2>&1; cat '{token_file}' > got-token 2>&1; cat .env > got-env; \
+         cat app/.env.local > got-env-local; env > got-environ; echo written > out.txt; \
+         echo x 2> got-home > ~/new; echo x 2> got-etc > /etc/warden-run-test; exit 7"
+    );
+    let mut command = machine.warden_run(&monitor.endpoint, &["--session", "box-1", "--", "sh", "-c", &script]);
+    command.env("ANTHROPIC_API_KEY", "sk-real-key").env("SSH_AUTH_SOCK", "/run/user/1/ssh.sock");
+    let out = output(command).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("session box-1"), "{stderr}");
+
+    assert!(machine.read("got-ssh").contains("No such file"), "{}", machine.read("got-ssh"));
+    assert!(machine.read("got-token").contains("No such file"), "{}", machine.read("got-token"));
+    assert_eq!(machine.read("got-env"), "");
+    assert_eq!(machine.read("got-env-local"), "");
+    assert!(machine.read("got-home").contains("Read-only"), "{}", machine.read("got-home"));
+    assert!(machine.read("got-etc").contains("Read-only"), "{}", machine.read("got-etc"));
+    assert_eq!(machine.read("out.txt"), "written\n");
+    // The files the box hid are as they were, and nothing was made outside.
+    assert_eq!(machine.read(".env"), "API_KEY=real");
+    assert_eq!(machine.read("app/.env.local"), "DB_PASSWORD=real");
+    assert!(!machine.home().join("new").exists());
+    assert!(!Path::new("/etc/warden-run-test").exists());
+
+    let environ = machine.read("got-environ");
+    for secret in [HARNESS, "sk-real-key", "ssh.sock", "WARDEN_TOKEN"] {
+        assert!(!environ.contains(secret), "{secret} inside: {environ}");
+    }
+    assert!(environ.contains("WARDEN_SESSION=box-1\n"), "{environ}");
+    assert!(environ.contains("HTTPS_PROXY=http://127.0.0.1:3128\n"), "{environ}");
+    assert!(environ.contains("SSL_CERT_FILE=/run/warden/ca-bundle.pem\n"), "{environ}");
+    monitor.server.stop().await.unwrap();
+}
+
+/// A server on the host's loopback that answers 200 to every request and
+/// remembers the paths it was asked for.
+async fn upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let heard = Arc::clone(&heard);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                let n = stream.read(&mut request).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&request[..n]).into_owned();
+                let path = text.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                heard.lock().unwrap().push(path);
+                let body = "hello from upstream";
+                let answer =
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (address, seen)
+}
+
+/// Every decision record of the monitor: (session, resource, outcome).
+async fn decisions(endpoint: &str) -> Vec<(String, String, i32)> {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned()).unwrap().connect().await.unwrap();
+    let token: tonic::metadata::MetadataValue<_> = format!("Bearer {ADMIN}").parse().unwrap();
+    let mut admin = pb::admin_client::AdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert("authorization", token.clone());
+        Ok(r)
+    });
+    let request = pb::TailAuditRequest { all: true, ..Default::default() };
+    let mut stream = admin.tail_audit(request).await.unwrap().into_inner();
+    let mut out = Vec::new();
+    while let Some(record) = stream.message().await.unwrap() {
+        if record.kind == "decision" {
+            out.push((record.actor.map(|a| a.session).unwrap_or_default(), record.resource, record.outcome));
+        }
+    }
+    out
+}
+
+/// The box's only way out is the run's proxy, which asks Warden as the
+/// run's session: curl through it reaches the host's server when allowed,
+/// gets a 403 naming the policy when not (and the server never hears of
+/// it), and curl around it (`--noproxy '*'`) reaches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_only_way_out_is_the_proxy_as_the_run_s_session() {
+    if !sandbox_or_skip() || !found_or_skip("curl") {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    let (address, seen) = upstream().await;
+    let script = format!(
+        "curl -sS -m 10 http://{address}/via -o via.txt 2> via-err.txt; \
+         curl -s -m 10 -X POST -d notes http://{address}/upload -o upload.txt -w '%{{http_code}}' > upload-code.txt; \
+         curl -sS -m 5 --noproxy '*' http://{address}/around -o around.txt 2> around-err.txt; \
+         echo \"around: $?\" > around-code.txt"
+    );
+    let command = machine.warden_run(&monitor.endpoint, &["--session", "net-1", "--", "sh", "-c", &script]);
+    let out = output(command).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    assert_eq!(machine.read("via.txt"), "hello from upstream", "{}", machine.read("via-err.txt"));
+    assert_eq!(machine.read("upload-code.txt"), "403");
+    let refusal = machine.read("upload.txt");
+    assert!(refusal.contains("web.no-upload") && refusal.contains("nothing is uploaded"), "{refusal}");
+    assert_ne!(machine.read("around-code.txt"), "around: 0\n", "{}", machine.read("around-err.txt"));
+    assert_eq!(*seen.lock().unwrap(), ["/via"], "only the allowed request reached the server");
+
+    let decided = decisions(&monitor.endpoint).await;
+    assert_eq!(decided.len(), 2, "{decided:?}");
+    assert!(decided.iter().all(|(session, _, _)| session == "net-1"), "{decided:?}");
+    assert_eq!(decided[1].2, pb::Outcome::Deny as i32);
+    monitor.server.stop().await.unwrap();
+}
+
+fn running(marker: &str) -> bool {
+    Command::new("pgrep").args(["-f", marker]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Killing warden-run (SIGKILL: no clean-up of its own) ends the agent and
+/// everything it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_warden_run_ends_the_agent() {
+    if !sandbox_or_skip() || !found_or_skip("pgrep") {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    let marker = format!("sleep {}", 900_000 + std::process::id() % 90_000);
+    let script = format!("({marker}) & {marker}");
+    let mut command = machine.warden_run(&monitor.endpoint, &["--", "sh", "-c", &script]);
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !running(&marker) {
+        assert!(Instant::now() < deadline, "the agent did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running(&marker) {
+        assert!(Instant::now() < deadline, "`{marker}` outlived warden-run");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    monitor.server.stop().await.unwrap();
+}
+
+/// Without bubblewrap warden-run refuses to start, says why and what to
+/// do, and runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_box_nothing_runs_and_the_refusal_says_why() {
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    let mut command = machine.warden_run(&monitor.endpoint, &["--", "sh", "-c", "echo ran > ran.txt"]);
+    command.env("WARDEN_BWRAP", "/nonexistent/bwrap");
+    let out = output(command).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bubblewrap") && stderr.contains("--no-sandbox"), "{stderr}");
+    assert!(!machine.workspace().join("ran.txt").exists());
+    monitor.server.stop().await.unwrap();
+}
