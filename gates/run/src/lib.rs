@@ -13,5 +13,6 @@
 //! folder, `inside` is the relay and the agent's supervisor in the box.
 
 pub mod inside;
+pub mod pin;
 pub mod rundir;
 pub mod sandbox;

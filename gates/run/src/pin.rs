@@ -1,0 +1,141 @@
+//! The run's door to the monitor for the gates inside the box (the coding
+//! agent's hook): an `Authority` service on a unix socket of the run, which
+//! asks the monitor through the SDK with the run's harness token, as the
+//! run's user, agent and session whatever the caller names, and lets a
+//! caller wait only on approvals it was handed here. Inside the box there
+//! is no token: the caller's own (a marker) is not looked at, since only
+//! the box and the run's user reach the socket.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tonic::{Request, Response, Status};
+use warden_proto::v1 as pb;
+use warden_sdk::{ActionRequest, Actor, Client, Decision, Error, Outcome};
+
+/// What the box's callers send as their token: not a credential.
+pub const MARKER_TOKEN: &str = "warden-run";
+
+/// Approvals handed out at most, remembered for `AwaitDecision`.
+const REMEMBERED: usize = 100_000;
+
+/// The service.
+#[derive(Clone)]
+pub struct Pin {
+    client: Client,
+    actor: Actor,
+    approvals: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Pin {
+    /// Asks `client` (holding the run's token) as `actor`.
+    pub fn new(client: Client, actor: Actor) -> Self {
+        Self { client, actor, approvals: Arc::default() }
+    }
+
+    fn handed_out(&self, decision: &Decision) {
+        if decision.approval_id.is_empty() {
+            return;
+        }
+        let mut approvals = self.approvals.lock().unwrap_or_else(PoisonError::into_inner);
+        if approvals.len() < REMEMBERED {
+            approvals.insert(decision.approval_id.clone());
+        }
+    }
+
+    fn may_await(&self, approval_id: &str) -> bool {
+        self.approvals.lock().unwrap_or_else(PoisonError::into_inner).contains(approval_id)
+    }
+}
+
+fn status(error: Error) -> Status {
+    match error {
+        Error::Status(status) => status,
+        Error::Transport(e) => Status::unavailable(format!("warden-run cannot reach the monitor: {e}")),
+        other => Status::unavailable(format!("warden-run: {other}")),
+    }
+}
+
+fn outcome(outcome: Outcome) -> i32 {
+    match outcome {
+        Outcome::Allow => pb::Outcome::Allow as i32,
+        Outcome::Deny => pb::Outcome::Deny as i32,
+        Outcome::Pending => pb::Outcome::Pending as i32,
+    }
+}
+
+/// The SDK's decision as the proto says it.
+fn to_proto(d: Decision) -> pb::Decision {
+    let expires_at =
+        d.expires_at.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map(|since| prost_types::Timestamp {
+            seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
+        });
+    pb::Decision {
+        request_id: d.request_id,
+        outcome: outcome(d.outcome),
+        policy_ids: d.policy_ids,
+        reasons: d.reasons,
+        approval_id: d.approval_id,
+        expires_at,
+        grant_ids: d.grant_ids,
+        policy_version: d.policy_version,
+        audit_seq: d.audit_seq,
+        resolved_by: d.resolved_by,
+        note: d.note,
+    }
+}
+
+#[tonic::async_trait]
+impl pb::authority_server::Authority for Pin {
+    async fn authorize(&self, request: Request<pb::AuthorizeRequest>) -> Result<Response<pb::Decision>, Status> {
+        let message = request.into_inner();
+        let resource = message.resource.ok_or_else(|| Status::invalid_argument("resource: is required"))?;
+        let mut asked = ActionRequest::new(message.action, resource)
+            .justification(message.justification)
+            .context_json(message.context_json);
+        if !message.request_id.is_empty() {
+            asked = asked.request_id(message.request_id);
+        }
+        // Whoever the caller names, the run's actor asks.
+        let decision = self.client.authorize(&self.actor, asked).await.map_err(status)?;
+        self.handed_out(&decision);
+        Ok(Response::new(to_proto(decision)))
+    }
+
+    async fn await_decision(
+        &self,
+        request: Request<pb::AwaitDecisionRequest>,
+    ) -> Result<Response<pb::Decision>, Status> {
+        let message = request.into_inner();
+        if !self.may_await(&message.approval_id) {
+            return Err(Status::permission_denied(format!(
+                "approval `{}` was not asked for in this run",
+                message.approval_id
+            )));
+        }
+        let wait = Duration::from_millis(u64::from(message.timeout_ms));
+        let decision = self.client.await_decision(&message.approval_id, wait).await.map_err(status)?;
+        Ok(Response::new(to_proto(decision)))
+    }
+
+    async fn preview(&self, request: Request<pb::PreviewRequest>) -> Result<Response<pb::PreviewResponse>, Status> {
+        let message = request.into_inner();
+        let kinds = message.resources.into_iter().map(|r| r.kind).collect::<Option<Vec<_>>>();
+        let kinds = kinds.ok_or_else(|| Status::invalid_argument("resources: every resource needs a kind"))?;
+        let preview = self.client.preview(&self.actor, message.action, kinds).await.map_err(status)?;
+        Ok(Response::new(pb::PreviewResponse {
+            outcomes: preview.outcomes.into_iter().map(outcome).collect(),
+            policy_version: preview.policy_version,
+        }))
+    }
+}
+
+/// Serves `pin` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::UnixListener, pin: Pin) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_service(pb::authority_server::AuthorityServer::new(pin))
+        .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+        .await
+}
