@@ -74,20 +74,28 @@ impl Secrets {
             let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count()).unwrap_or(0);
             format!("not a TOML table of names and strings (near line {line})")
         })?;
-        let mut secrets = BTreeMap::new();
+        let mut secrets = Self::default();
         for (name, value) in table {
-            if !valid_name(&name) {
-                return Err(format!("`{name}` is not a secret name (letters, digits, `.`, `_`, `-`)"));
-            }
             let toml::Value::String(value) = value else {
                 return Err(format!("`{name}` must be a string"));
             };
-            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(format!("`{name}` has a line break or NUL: it could not be sent in a header"));
-            }
-            secrets.insert(name, value);
+            secrets.insert(name, value)?;
         }
-        Ok(Self(secrets))
+        Ok(secrets)
+    }
+
+    /// Adds (or replaces) `name`, refusing a name that cannot be one and a
+    /// value that could not be sent in a header; the message never holds
+    /// the value.
+    pub fn insert(&mut self, name: String, value: String) -> Result<(), String> {
+        if !valid_name(&name) {
+            return Err(format!("`{name}` is not a secret name (letters, digits, `.`, `_`, `-`)"));
+        }
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(format!("`{name}` has a line break or NUL: it could not be sent in a header"));
+        }
+        self.0.insert(name, value);
+        Ok(())
     }
 
     /// The value of `name`.

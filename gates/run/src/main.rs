@@ -10,6 +10,7 @@ use clap::Parser;
 use warden_proxy::ca::Authority;
 use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Listener, Settings};
+use warden_proxy::secrets::Secrets;
 use warden_run::rundir::{RunDir, valid_session};
 use warden_run::{inside, pin, sandbox};
 use warden_sdk::Actor;
@@ -39,6 +40,17 @@ struct Flags {
     /// workspace's `.env*` and key files are hidden anyway)
     #[arg(long, value_name = "PATH")]
     hide: Vec<PathBuf>,
+    /// Secrets the proxy puts into requests in place of `warden-secret:NAME`
+    /// (after `secret.use` for that destination): a TOML file of
+    /// `NAME = "value"` lines, mode 0600, as warden-proxy's --secrets
+    #[arg(long, value_name = "FILE")]
+    secrets: Option<PathBuf>,
+    /// A variable the box gets as `warden-secret:NAME`, for a secret of
+    /// --secrets (repeatable). ANTHROPIC_API_KEY, OPENAI_API_KEY and
+    /// GEMINI_API_KEY found in warden-run's environment become such
+    /// placeholders by themselves
+    #[arg(long, value_name = "VAR=NAME")]
+    secret_env: Vec<String>,
     /// PEM certificates the proxy trusts for upstream servers, besides the
     /// system's
     #[arg(long, value_name = "FILE")]
@@ -136,6 +148,33 @@ fn check_sandbox(bwrap: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// The proxy's secrets (`--secrets`, and the model API keys of warden-run's
+/// environment), and the box's variables that hold their placeholders.
+fn secrets(flags: &Flags, store: &mut Secrets) -> anyhow::Result<Vec<(String, String)>> {
+    if let Some(path) = &flags.secrets {
+        *store = Secrets::load(path)?;
+    }
+    let mut placeholders = Vec::new();
+    for (variable, name) in sandbox::MODEL_KEYS {
+        let Ok(value) = std::env::var(variable) else { continue };
+        if value.is_empty() || value.starts_with("warden-secret:") {
+            continue;
+        }
+        store.insert((*name).to_owned(), value).map_err(|e| anyhow::anyhow!("{variable}: {e}"))?;
+        placeholders.push(((*variable).to_owned(), sandbox::placeholder(name)));
+    }
+    for pair in &flags.secret_env {
+        let Some((variable, name)) = pair.split_once('=') else {
+            bail!("--secret-env `{pair}`: VAR=NAME");
+        };
+        if store.get(name).is_none() {
+            bail!("--secret-env `{pair}`: no secret `{name}` in --secrets");
+        }
+        placeholders.push((variable.to_owned(), sandbox::placeholder(name)));
+    }
+    Ok(placeholders)
+}
+
 fn run(flags: Flags) -> anyhow::Result<u8> {
     let Some(user) = flags.user.clone().or_else(os_user) else {
         bail!("no user to act for: give --user or set WARDEN_USER");
@@ -173,6 +212,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         Actor::new(user.clone(), agent.clone(), session.clone()),
         DEFAULT_MAX_CONNECTIONS,
     ));
+    let placeholders = secrets(&flags, &mut settings.secrets)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = settings.upstream_roots.add(cert);
@@ -207,11 +247,24 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         let actor = Actor::new(user.clone(), agent.clone(), session.clone());
         tokio::spawn(pin::serve(door, pin::Pin::new(warden, actor)));
         eprintln!("warden-run: session {session} ({user}, {agent}); workspace {}", workspace.display());
+        let run = sandbox::RunEnv {
+            user: user.clone(),
+            agent: agent.clone(),
+            session: session.clone(),
+            proxy: sandbox::PROXY_ADDRESS.into(),
+            bundle: sandbox::CA_BUNDLE.into(),
+            monitor: format!("unix:{}", sandbox::MONITOR_SOCKET),
+            placeholders,
+        };
         let mut child = if flags.no_sandbox {
             let relayed = inside::relay("127.0.0.1:0", &socket).context("the relay to the proxy")?;
-            let door = format!("unix:{}", run_dir.monitor_socket().display());
-            let (proxy, bundle) = (relayed.to_string(), bundle.to_string_lossy());
-            let env = sandbox::box_env(&outer, &user, &agent, &session, &proxy, &bundle, &door);
+            let run = sandbox::RunEnv {
+                proxy: relayed.to_string(),
+                bundle: bundle.to_string_lossy().into_owned(),
+                monitor: format!("unix:{}", run_dir.monitor_socket().display()),
+                ..run
+            };
+            let env = sandbox::box_env(&outer, &run);
             let (program, args) = flags.command.split_first().context("no command")?;
             std::process::Command::new(program)
                 .args(args)
@@ -230,15 +283,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
                 workspace: workspace.clone(),
                 home: std::env::var_os("HOME").map(PathBuf::from),
                 hidden,
-                env: sandbox::box_env(
-                    &outer,
-                    &user,
-                    &agent,
-                    &session,
-                    sandbox::PROXY_ADDRESS,
-                    sandbox::CA_BUNDLE,
-                    &format!("unix:{}", sandbox::MONITOR_SOCKET),
-                ),
+                env: sandbox::box_env(&outer, &run),
                 inside: inside_argv,
             };
             std::process::Command::new(&flags.bwrap)

@@ -193,24 +193,50 @@ pub fn bwrap_args(spec: &BoxSpec, empty: &Path) -> Vec<OsString> {
     args
 }
 
+/// What the environment inside the box says of the run.
+#[derive(Debug, Clone)]
+pub struct RunEnv {
+    /// Who the run acts for.
+    pub user: String,
+    /// The agent kind.
+    pub agent: String,
+    /// The run's session.
+    pub session: String,
+    /// The proxy's address as the box reaches it.
+    pub proxy: String,
+    /// The CA bundle's path as the box sees it.
+    pub bundle: String,
+    /// The run's door to the monitor, as an endpoint (`unix:/…`).
+    pub monitor: String,
+    /// Variables that hold a secret's placeholder (`warden-secret:NAME`),
+    /// which the proxy fills in on the way out.
+    pub placeholders: Vec<(String, String)>,
+}
+
+/// The placeholder the proxy fills in with secret `name`.
+pub fn placeholder(name: &str) -> String {
+    format!("warden-secret:{name}")
+}
+
+/// The model API keys a run takes from its own environment: the variable,
+/// and the secret (bound to its provider's API by the bundled
+/// `models.cedar`) that the box gets a placeholder of instead.
+pub const MODEL_KEYS: &[(&str, &str)] = &[
+    ("ANTHROPIC_API_KEY", "anthropic-api-key"),
+    ("OPENAI_API_KEY", "openai-api-key"),
+    ("GEMINI_API_KEY", "gemini-api-key"),
+];
+
 /// The environment inside the box: the passed variables (and `LC_*`) of
-/// `outer`, the proxy (`proxy`, an address) and CA trust (`bundle`)
-/// variables, and who the run is for.
-pub fn box_env(
-    outer: &[(String, String)],
-    user: &str,
-    agent: &str,
-    session: &str,
-    proxy: &str,
-    bundle: &str,
-    monitor: &str,
-) -> Vec<(String, String)> {
+/// `outer`, the proxy and CA trust variables, who the run is for, the door
+/// for gates inside, and the secrets' placeholders.
+pub fn box_env(outer: &[(String, String)], run: &RunEnv) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = outer
         .iter()
         .filter(|(name, _)| PASSED_ENV.contains(&name.as_str()) || name.starts_with("LC_"))
         .cloned()
         .collect();
-    let proxy = format!("http://{proxy}");
+    let proxy = format!("http://{}", run.proxy);
     for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
         env.push((name.into(), proxy.clone()));
     }
@@ -225,15 +251,16 @@ pub fn box_env(
         "NODE_EXTRA_CA_CERTS",
         "CARGO_HTTP_CAINFO",
     ] {
-        env.push((name.into(), bundle.into()));
+        env.push((name.into(), run.bundle.clone()));
     }
-    env.push(("WARDEN_USER".into(), user.into()));
-    env.push(("WARDEN_AGENT".into(), agent.into()));
-    env.push(("WARDEN_SESSION".into(), session.into()));
+    env.push(("WARDEN_USER".into(), run.user.clone()));
+    env.push(("WARDEN_AGENT".into(), run.agent.clone()));
+    env.push(("WARDEN_SESSION".into(), run.session.clone()));
     // The gates inside (the agent's hook) ask through the run's door,
     // which holds the token: theirs is a marker, not a credential.
-    env.push(("WARDEN_ENDPOINT".into(), monitor.into()));
+    env.push(("WARDEN_ENDPOINT".into(), run.monitor.clone()));
     env.push(("WARDEN_TOKEN".into(), crate::pin::MARKER_TOKEN.into()));
+    env.extend(run.placeholders.iter().cloned());
     env
 }
 
@@ -302,9 +329,19 @@ mod tests {
         ]
         .map(|(n, v)| (n.to_owned(), v.to_owned()))
         .into();
-        let env = box_env(&outer, "alice", "sh", "run-1", PROXY_ADDRESS, CA_BUNDLE, &format!("unix:{MONITOR_SOCKET}"));
+        let run = RunEnv {
+            user: "alice".into(),
+            agent: "sh".into(),
+            session: "run-1".into(),
+            proxy: PROXY_ADDRESS.into(),
+            bundle: CA_BUNDLE.into(),
+            monitor: format!("unix:{MONITOR_SOCKET}"),
+            placeholders: vec![("ANTHROPIC_API_KEY".into(), placeholder("anthropic-api-key"))],
+        };
+        let env = box_env(&outer, &run);
         assert!(env.contains(&("LC_ALL".into(), "C.UTF-8".into())));
         assert!(env.iter().all(|(_, value)| value != "secret"), "{env:?}");
+        assert!(env.contains(&("ANTHROPIC_API_KEY".into(), "warden-secret:anthropic-api-key".into())));
         assert!(env.contains(&("PATH".into(), "/usr/bin".into())));
         assert!(env.contains(&("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())));
         assert!(env.contains(&("WARDEN_SESSION".into(), "run-1".into())));

@@ -185,20 +185,30 @@ async fn the_box_hides_credentials_and_keeps_writes_to_the_workspace() {
 /// A server on the host's loopback that answers 200 to every request and
 /// remembers the paths it was asked for.
 async fn upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let (address, seen, _) = upstream_heads().await;
+    (address, seen)
+}
+
+/// [`upstream`], also remembering each request's head (its headers).
+async fn upstream_heads() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
+    let heads = Arc::new(Mutex::new(Vec::new()));
     let heard = Arc::clone(&seen);
+    let headed = Arc::clone(&heads);
     tokio::spawn(async move {
         loop {
             let Ok((mut stream, _)) = listener.accept().await else { return };
             let heard = Arc::clone(&heard);
+            let headed = Arc::clone(&headed);
             tokio::spawn(async move {
                 let mut request = vec![0u8; 8192];
                 let n = stream.read(&mut request).await.unwrap_or(0);
                 let text = String::from_utf8_lossy(&request[..n]).into_owned();
                 let path = text.split_whitespace().nth(1).unwrap_or_default().to_owned();
                 heard.lock().unwrap().push(path);
+                headed.lock().unwrap().push(text.split("\r\n\r\n").next().unwrap_or_default().to_owned());
                 let body = "hello from upstream";
                 let answer =
                     format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
@@ -206,7 +216,7 @@ async fn upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
             });
         }
     });
-    (address, seen)
+    (address, seen, heads)
 }
 
 /// Every decision record of the monitor: (session, resource, outcome).
@@ -428,5 +438,60 @@ async fn the_run_s_door_pins_the_actor_and_its_approvals() {
         matches!(&refused, warden_sdk::Error::Status(s) if s.code() == tonic::Code::PermissionDenied),
         "{refused:?}"
     );
+    monitor.server.stop().await.unwrap();
+}
+
+/// A model API key in warden-run's environment reaches the model server
+/// only through the proxy, which puts it in after `secret.use` for that
+/// destination and header; the box holds the placeholder. A secret of
+/// `--secrets` that the policies do not allow there is not put in, and the
+/// request does not leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_key_is_put_in_by_the_proxy_and_never_inside() {
+    if !sandbox_or_skip() || !found_or_skip("curl") {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = warden_tests::monitor::start_with_policies(
+        r#"
+@id("web.any") permit (principal, action == Action::"http.request", resource);
+@id("model-key") @reason("the model key goes to the model server in x-api-key")
+permit (principal, action == Action::"secret.use", resource == Secret::"anthropic-api-key")
+when { context has destination && context.destination == "127.0.0.2" && context has header && context.header == "x-api-key" };
+"#,
+        vec![
+            CredentialConfig::for_token("run-harness", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    let (address, seen, heads) = upstream_heads().await;
+    let secrets = machine.root.path().join("secrets.toml");
+    std::fs::write(&secrets, "deploy-key = \"deploy-s3cr3t\"\n").unwrap();
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script = format!(
+        "env > got-environ; \
+         curl -sS -m 10 -H \"x-api-key: $ANTHROPIC_API_KEY\" -d '{{}}' http://{address}/v1/messages -o model.txt; \
+         curl -s -m 10 -H \"authorization: Bearer $DEPLOY_TOKEN\" http://{address}/deploy -o deploy.txt -w '%{{http_code}}' > deploy-code.txt"
+    );
+    let args =
+        ["--secrets", secrets.to_str().unwrap(), "--secret-env", "DEPLOY_TOKEN=deploy-key", "--", "sh", "-c", &script];
+    let mut command = machine.warden_run(&monitor.endpoint, &args);
+    command.env("ANTHROPIC_API_KEY", "sk-ant-real-123");
+    let out = output(command).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let environ = machine.read("got-environ");
+    assert!(environ.contains("ANTHROPIC_API_KEY=warden-secret:anthropic-api-key\n"), "{environ}");
+    assert!(environ.contains("DEPLOY_TOKEN=warden-secret:deploy-key\n"), "{environ}");
+    assert!(!environ.contains("sk-ant-real-123") && !environ.contains("deploy-s3cr3t"), "{environ}");
+    assert_eq!(machine.read("model.txt"), "hello from upstream");
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(heads[0].to_ascii_lowercase().contains("x-api-key: sk-ant-real-123"), "{}", heads[0]);
+    assert_eq!(machine.read("deploy-code.txt"), "403");
+    assert!(!machine.read("deploy.txt").contains("deploy-s3cr3t"));
+    assert_eq!(*seen.lock().unwrap(), ["/v1/messages"]);
     monitor.server.stop().await.unwrap();
 }
