@@ -106,6 +106,8 @@ pub struct ScriptedModel {
 struct State {
     script: VecDeque<Step>,
     requests: Vec<RecordedRequest>,
+    /// The `x-api-key` header of each request that had one.
+    api_keys: Vec<String>,
     next_id: u64,
 }
 
@@ -124,11 +126,27 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl ScriptedModel {
     /// Binds `127.0.0.1:0` and serves the script in a task of the current tokio runtime.
     pub async fn start(steps: Vec<Step>) -> anyhow::Result<ScriptedModel> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.context("cannot bind 127.0.0.1:0")?;
+        Self::start_on(Ipv4Addr::LOCALHOST, steps).await
+    }
+
+    /// [`ScriptedModel::start`] on another loopback address (`127.0.0.2`:
+    /// one that `NO_PROXY=127.0.0.1` does not cover, reached through a proxy).
+    pub async fn start_on(ip: Ipv4Addr, steps: Vec<Step>) -> anyhow::Result<ScriptedModel> {
+        let listener = TcpListener::bind((ip, 0)).await.with_context(|| format!("cannot bind {ip}:0"))?;
         let addr = listener.local_addr().context("no local address")?;
-        let state = Arc::new(Mutex::new(State { script: steps.into(), requests: Vec::new(), next_id: 0 }));
+        let state = Arc::new(Mutex::new(State {
+            script: steps.into(),
+            requests: Vec::new(),
+            api_keys: Vec::new(),
+            next_id: 0,
+        }));
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         Ok(ScriptedModel { addr, state, server })
+    }
+
+    /// The `x-api-key` header of each request that had one, in order.
+    pub fn api_keys(&self) -> Vec<String> {
+        lock(&self.state).api_keys.clone()
     }
 
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
@@ -228,6 +246,9 @@ async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
 async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<Response<Full<Bytes>>, Infallible> {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    if let Some(key) = request.headers().get("x-api-key") {
+        lock(&state).api_keys.push(String::from_utf8_lossy(key.as_bytes()).into_owned());
+    }
     let bytes = match request.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) => {

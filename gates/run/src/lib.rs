@@ -12,6 +12,7 @@
 //! `sandbox` says what bubblewrap is told (pure), `rundir` makes the run's
 //! folder, `inside` is the relay and the agent's supervisor in the box.
 
+pub mod agents;
 pub mod inside;
 pub mod pin;
 pub mod rundir;

@@ -12,7 +12,7 @@ use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Listener, Settings};
 use warden_proxy::secrets::Secrets;
 use warden_run::rundir::{RunDir, valid_session};
-use warden_run::{inside, pin, sandbox};
+use warden_run::{agents, inside, pin, sandbox};
 use warden_sdk::Actor;
 
 /// The hidden first argument of `warden-run` run again inside the box.
@@ -51,6 +51,11 @@ struct Flags {
     /// placeholders by themselves
     #[arg(long, value_name = "VAR=NAME")]
     secret_env: Vec<String>,
+    /// A variable to pass into the box: `NAME` (its value here) or
+    /// `NAME=VALUE` (repeatable). Nothing else of warden-run's environment
+    /// goes in but PATH, HOME, USER, LANG, LC_*, TERM and a few like them
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pass_env: Vec<String>,
     /// PEM certificates the proxy trusts for upstream servers, besides the
     /// system's
     #[arg(long, value_name = "FILE")]
@@ -59,6 +64,10 @@ struct Flags {
     /// reach the network around the proxy (a warning says so at every start)
     #[arg(long)]
     no_sandbox: bool,
+    /// `warden-hook`, which a coding agent run in the box (Claude Code) gets
+    /// as its pre-tool hook [default: next to warden-run]
+    #[arg(long, value_name = "PATH")]
+    hook: Option<PathBuf>,
     /// bubblewrap's program
     #[arg(long, env = "WARDEN_BWRAP", value_name = "PATH", default_value = "bwrap")]
     bwrap: PathBuf,
@@ -103,6 +112,11 @@ fn run_inside(args: &[String]) -> ExitCode {
             ExitCode::from(127)
         }
     }
+}
+
+/// The program a command runs, for messages.
+fn command_name(command: &[String]) -> &str {
+    command.first().map_or("", String::as_str)
 }
 
 /// `WARDEN_USER`, else the OS user.
@@ -179,8 +193,30 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     let Some(user) = flags.user.clone().or_else(os_user) else {
         bail!("no user to act for: give --user or set WARDEN_USER");
     };
+    let outer: Vec<(String, String)> = std::env::vars().collect();
+    let hook = match &flags.hook {
+        Some(hook) => hook.clone(),
+        None => std::env::current_exe().context("warden-run's own path")?.with_file_name("warden-hook"),
+    };
+    // A coding agent this knows gets its hook for the run.
+    let known = agents::setup(&flags.command, &hook, &outer);
+    if known.is_some() && !hook.is_file() {
+        bail!(
+            "`{}` runs with warden-hook as its hook, which is not at {}: give --hook PATH",
+            command_name(&flags.command),
+            hook.display()
+        );
+    }
     let program = flags.command.first().map(|c| Path::new(c).file_name().map(|n| n.to_string_lossy().into_owned()));
-    let agent = flags.agent.clone().or(program.flatten()).unwrap_or_else(|| "agent".into());
+    let agent = match (&flags.agent, &known) {
+        (Some(agent), _) => agent.clone(),
+        (None, Some(known)) => known.agent.to_owned(),
+        (None, None) => program.flatten().unwrap_or_else(|| "agent".into()),
+    };
+    let mut command = flags.command.clone();
+    if let Some(known) = &known {
+        command.splice(1..1, known.args.iter().cloned());
+    }
     let session = flags.session.clone().unwrap_or_else(|| format!("run-{}", uuid::Uuid::new_v4()));
     if !valid_session(&session) {
         bail!("--session `{session}`: 1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot");
@@ -212,7 +248,17 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         Actor::new(user.clone(), agent.clone(), session.clone()),
         DEFAULT_MAX_CONNECTIONS,
     ));
-    let placeholders = secrets(&flags, &mut settings.secrets)?;
+    let mut placeholders = secrets(&flags, &mut settings.secrets)?;
+    for pass in &flags.pass_env {
+        let (name, value) = match pass.split_once('=') {
+            Some((name, value)) => (name.to_owned(), value.to_owned()),
+            None => (pass.clone(), std::env::var(pass).with_context(|| format!("--env {pass}: not set"))?),
+        };
+        if name.is_empty() || name.starts_with("WARDEN_") {
+            bail!("--env `{pass}`: not a variable the box may be given");
+        }
+        placeholders.push((name, value));
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = settings.upstream_roots.add(cert);
@@ -225,7 +271,9 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             settings.upstream_roots.add(cert).with_context(|| format!("--upstream-ca {}", path.display()))?;
         }
     }
-    let outer: Vec<(String, String)> = std::env::vars().collect();
+    if let Some(known) = known {
+        placeholders.extend(known.env);
+    }
     let mut hidden = flags.hide.clone();
     // The token's folder (a monitor's data folder holds every role's).
     if let Some(folder) = token_file.as_deref().and_then(Path::parent) {
@@ -265,7 +313,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
                 ..run
             };
             let env = sandbox::box_env(&outer, &run);
-            let (program, args) = flags.command.split_first().context("no command")?;
+            let (program, args) = command.split_first().context("no command")?;
             std::process::Command::new(program)
                 .args(args)
                 .env_clear()
@@ -277,7 +325,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             let exe = std::env::current_exe().context("warden-run's own path")?;
             let mut inside_argv = vec![exe.into_os_string(), INSIDE.into()];
             inside_argv.extend([sandbox::PROXY_ADDRESS.into(), sandbox::PROXY_SOCKET.into(), "--".into()]);
-            inside_argv.extend(flags.command.iter().map(Into::into));
+            inside_argv.extend(command.iter().map(Into::into));
             let spec = sandbox::BoxSpec {
                 run_dir: run_dir.path().to_owned(),
                 workspace: workspace.clone(),

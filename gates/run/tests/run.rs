@@ -495,3 +495,92 @@ when { context has destination && context.destination == "127.0.0.2" && context 
     assert_eq!(*seen.lock().unwrap(), ["/v1/messages"]);
     monitor.server.stop().await.unwrap();
 }
+
+/// The real Claude Code in the box (`warden-run -- claude …`, which gets
+/// its hook for the run), its scripted model server on the host's loopback
+/// reached only through the run's proxy, with the hook asking through the
+/// run's door: the model server gets the real API key while the box holds
+/// the placeholder, the Bash tool runs in the box (no SSH key there), a
+/// tool Warden denies does not run, and every decision is the run's
+/// session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_runs_in_the_box_with_its_key_put_in_by_the_proxy() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let Some(claude) = warden_tests::claude_code::claude_or_skip().unwrap() else { return };
+    let hook = Path::new(env!("CARGO_BIN_EXE_warden-run")).with_file_name("warden-hook");
+    assert!(hook.exists(), "{} is not built (cargo build -p warden-hook)", hook.display());
+    let machine = Machine::new();
+    let monitor = warden_tests::monitor::start_with_policies(
+        r#"
+@id("all") permit (principal, action, resource) unless { action == Action::"secret.use" };
+@id("no-deploy") @reason("nothing is deployed from here")
+forbid (principal, action == Action::"exec", resource) when { resource.program == "touch" };
+@id("model-key") @reason("the model key goes to the model server in x-api-key")
+permit (principal, action == Action::"secret.use", resource == Secret::"anthropic-api-key")
+when { context has destination && context.destination == "127.0.0.2" && context has header && context.header == "x-api-key" };
+"#,
+        vec![
+            CredentialConfig::for_token("run-harness", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    use warden_tests::model_server::{ScriptedModel, Step};
+    let bash = "cat ~/.ssh/id_rsa > ssh.txt 2>&1; env > env.txt; echo ran > ran.txt";
+    let model = ScriptedModel::start_on(
+        std::net::Ipv4Addr::new(127, 0, 0, 2),
+        vec![
+            Step::tool_use("Bash", serde_json::json!({"command": bash, "description": "look around"})),
+            Step::tool_use("Bash", serde_json::json!({"command": "touch deployed.txt", "description": "deploy"})),
+            Step::text("all done"),
+        ],
+    )
+    .await
+    .unwrap();
+    // `claude` gets its hook for the run from warden-run itself (the one
+    // built next to it), and ANTHROPIC_BASE_URL passed in.
+    let args = [
+        "--session",
+        "claude-1",
+        "--env",
+        "ENABLE_TOOL_SEARCH=false",
+        "--",
+        claude.to_str().unwrap(),
+        "-p",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Bash",
+        "--",
+        "look around",
+    ];
+    let mut command = machine.warden_run(&monitor.endpoint, &args);
+    command.env("ANTHROPIC_API_KEY", "sk-ant-real-claude").env("ANTHROPIC_BASE_URL", model.base_url());
+    let out = output(command).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let answer: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
+    assert_eq!(answer["result"], "all done", "{answer}");
+
+    assert_eq!(machine.read("ran.txt"), "ran\n", "the Bash tool ran");
+    assert!(!machine.workspace().join("deployed.txt").exists(), "a tool Warden denied ran");
+    let denials = answer["permission_denials"].to_string();
+    assert!(denials.contains("touch deployed.txt"), "{answer}");
+    assert!(machine.read("ssh.txt").contains("No such file"), "{}", machine.read("ssh.txt"));
+    let environ = machine.read("env.txt");
+    assert!(environ.contains("ANTHROPIC_API_KEY=warden-secret:anthropic-api-key\n"), "{environ}");
+    assert!(!environ.contains("sk-ant-real-claude") && !environ.contains(HARNESS), "{environ}");
+    let keys = model.api_keys();
+    assert!(!keys.is_empty() && keys.iter().all(|k| k == "sk-ant-real-claude"), "{keys:?}");
+
+    let decided = decisions(&monitor.endpoint).await;
+    assert!(decided.iter().all(|(session, _, _)| session == "claude-1"), "{decided:?}");
+    let commands: Vec<_> = decided.iter().filter(|(_, resource, _)| resource.starts_with("Command::")).collect();
+    assert_eq!(commands.len(), 2, "the hook asked about both commands: {decided:?}");
+    assert_eq!(commands[1].2, pb::Outcome::Deny as i32, "{decided:?}");
+    monitor.server.stop().await.unwrap();
+}
