@@ -17,3 +17,4 @@ pub mod inside;
 pub mod pin;
 pub mod rundir;
 pub mod sandbox;
+pub mod summary;

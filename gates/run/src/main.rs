@@ -12,7 +12,7 @@ use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Listener, Settings};
 use warden_proxy::secrets::Secrets;
 use warden_run::rundir::{RunDir, valid_session};
-use warden_run::{agents, inside, pin, sandbox};
+use warden_run::{agents, inside, pin, sandbox, summary};
 use warden_sdk::Actor;
 
 /// The hidden first argument of `warden-run` run again inside the box.
@@ -68,6 +68,10 @@ struct Flags {
     /// as its pre-tool hook [default: next to warden-run]
     #[arg(long, value_name = "PATH")]
     hook: Option<PathBuf>,
+    /// Print the run's summary at the end as one JSON object (on standard
+    /// error, as the text summary is)
+    #[arg(long)]
+    json: bool,
     /// bubblewrap's program
     #[arg(long, env = "WARDEN_BWRAP", value_name = "PATH", default_value = "bwrap")]
     bwrap: PathBuf,
@@ -290,10 +294,21 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             .await
             .with_context(|| format!("the proxy's socket {}", socket.display()))?;
         let warden = warden_sdk::Client::connect_lazy(endpoint, &token).await?;
-        tokio::spawn(proxy::serve(listener, warden.clone(), ca, settings));
-        let door = tokio::net::UnixListener::bind(run_dir.monitor_socket()).context("the run's monitor socket")?;
+        // Every gate asks through a door of the run, which holds the token,
+        // asks as the run's actor and keeps the tally: the proxy's outside
+        // the box, the hook's inside it.
         let actor = Actor::new(user.clone(), agent.clone(), session.clone());
-        tokio::spawn(pin::serve(door, pin::Pin::new(warden, actor)));
+        let tally = std::sync::Arc::new(std::sync::Mutex::new(summary::Tally::default()));
+        let doors = [("proxy", run_dir.path().join("proxy-door.sock")), ("hook", run_dir.monitor_socket())];
+        for (gate, path) in &doors {
+            let door =
+                tokio::net::UnixListener::bind(path).with_context(|| format!("the run's socket {}", path.display()))?;
+            let pin = pin::Pin::new(warden.clone(), actor.clone(), gate, std::sync::Arc::clone(&tally));
+            tokio::spawn(pin::serve(door, pin));
+        }
+        let proxy_door = format!("unix:{}", doors[0].1.display());
+        let proxy_client = warden_sdk::Client::connect(proxy_door, pin::MARKER_TOKEN).await?;
+        tokio::spawn(proxy::serve(listener, proxy_client, ca, settings));
         eprintln!("warden-run: session {session} ({user}, {agent}); workspace {}", workspace.display());
         let run = sandbox::RunEnv {
             user: user.clone(),
@@ -342,6 +357,13 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         };
         let status = tokio::task::spawn_blocking(move || child.wait()).await??;
         drop(run_dir);
-        Ok(inside::code(status))
+        let code = inside::code(status);
+        let tally = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if flags.json {
+            eprintln!("{}", tally.json(&session, code));
+        } else {
+            eprint!("{}", tally.text(&session, code));
+        }
+        Ok(code)
     })
 }

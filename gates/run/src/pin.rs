@@ -14,6 +14,8 @@ use tonic::{Request, Response, Status};
 use warden_proto::v1 as pb;
 use warden_sdk::{ActionRequest, Actor, Client, Decision, Error, Outcome};
 
+use crate::summary::{Tally, what};
+
 /// What the box's callers send as their token: not a credential.
 pub const MARKER_TOKEN: &str = "warden-run";
 
@@ -26,12 +28,19 @@ pub struct Pin {
     client: Client,
     actor: Actor,
     approvals: Arc<Mutex<HashSet<String>>>,
+    gate: &'static str,
+    tally: Arc<Mutex<Tally>>,
 }
 
 impl Pin {
-    /// Asks `client` (holding the run's token) as `actor`.
-    pub fn new(client: Client, actor: Actor) -> Self {
-        Self { client, actor, approvals: Arc::default() }
+    /// Asks `client` (holding the run's token) as `actor`, for the gate
+    /// named `gate`, recording what it is told in `tally`.
+    pub fn new(client: Client, actor: Actor, gate: &'static str, tally: Arc<Mutex<Tally>>) -> Self {
+        Self { client, actor, approvals: Arc::default(), gate, tally }
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn handed_out(&self, decision: &Decision) {
@@ -91,16 +100,18 @@ fn to_proto(d: Decision) -> pb::Decision {
 impl pb::authority_server::Authority for Pin {
     async fn authorize(&self, request: Request<pb::AuthorizeRequest>) -> Result<Response<pb::Decision>, Status> {
         let message = request.into_inner();
+        let asked = what(&message);
         let resource = message.resource.ok_or_else(|| Status::invalid_argument("resource: is required"))?;
-        let mut asked = ActionRequest::new(message.action, resource)
+        let mut request = ActionRequest::new(message.action, resource)
             .justification(message.justification)
             .context_json(message.context_json);
         if !message.request_id.is_empty() {
-            asked = asked.request_id(message.request_id);
+            request = request.request_id(message.request_id);
         }
         // Whoever the caller names, the run's actor asks.
-        let decision = self.client.authorize(&self.actor, asked).await.map_err(status)?;
+        let decision = self.client.authorize(&self.actor, request).await.map_err(status)?;
         self.handed_out(&decision);
+        self.tally().decided(self.gate, asked, &decision);
         Ok(Response::new(to_proto(decision)))
     }
 
@@ -117,6 +128,7 @@ impl pb::authority_server::Authority for Pin {
         }
         let wait = Duration::from_millis(u64::from(message.timeout_ms));
         let decision = self.client.await_decision(&message.approval_id, wait).await.map_err(status)?;
+        self.tally().awaited(&decision);
         Ok(Response::new(to_proto(decision)))
     }
 

@@ -256,9 +256,14 @@ async fn the_only_way_out_is_the_proxy_as_the_run_s_session() {
          curl -sS -m 5 --noproxy '*' http://{address}/around -o around.txt 2> around-err.txt; \
          echo \"around: $?\" > around-code.txt"
     );
-    let command = machine.warden_run(&monitor.endpoint, &["--session", "net-1", "--", "sh", "-c", &script]);
+    let command = machine.warden_run(&monitor.endpoint, &["--session", "net-1", "--json", "--", "sh", "-c", &script]);
     let out = output(command).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["session"], "net-1");
+    assert_eq!(summary["by_gate"]["proxy"], serde_json::json!({"ALLOW": 1, "DENY": 1, "PENDING": 0}), "{summary}");
+    assert_eq!(summary["refused"][0]["policy_ids"], serde_json::json!(["web.no-upload"]), "{summary}");
 
     assert_eq!(machine.read("via.txt"), "hello from upstream", "{}", machine.read("via-err.txt"));
     assert_eq!(machine.read("upload-code.txt"), "403");
@@ -374,7 +379,17 @@ permit (principal, action == Action::"http.request", resource) when {{ resource.
     );
     let command = machine.warden_run(&monitor.endpoint, &["--session", "trifecta-1", "--", "sh", "-c", &script]);
     let out = output(command).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    println!("{stderr}");
+    // The run's summary: every gate's decisions, the approval asked, and
+    // that nobody answered it.
+    assert!(stderr.contains("warden-run: session trifecta-1 ended with exit code 0: 3 decisions"), "{stderr}");
+    assert!(stderr.contains("(hook 1 ALLOW, 0 DENY, 0 PENDING; proxy 1 ALLOW, 0 DENY, 1 PENDING)"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("(proxy, http.request POST http://{address}/upload): no answer reached the run")),
+        "{stderr}"
+    );
 
     assert_eq!(machine.read("page.txt"), "hello from upstream");
     let hook_answer: serde_json::Value = serde_json::from_str(&machine.read("hook.json"))
@@ -412,7 +427,10 @@ async fn the_run_s_door_pins_the_actor_and_its_approvals() {
     let upstream = warden_sdk::Client::connect(monitor.endpoint.clone(), HARNESS).await.unwrap();
     let run_actor = warden_sdk::Actor::new("alice", "claude-code", "run-7");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    tokio::spawn(warden_run::pin::serve(listener, warden_run::pin::Pin::new(upstream.clone(), run_actor)));
+    tokio::spawn(warden_run::pin::serve(
+        listener,
+        warden_run::pin::Pin::new(upstream.clone(), run_actor, "hook", Default::default()),
+    ));
 
     let inside =
         warden_sdk::Client::connect(format!("unix:{}", socket.display()), warden_run::pin::MARKER_TOKEN).await.unwrap();
