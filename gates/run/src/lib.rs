@@ -13,6 +13,7 @@
 //! folder, `inside` is the relay and the agent's supervisor in the box.
 
 pub mod agents;
+pub mod config;
 pub mod inside;
 pub mod pin;
 pub mod rundir;

@@ -11,6 +11,7 @@ use warden_proxy::ca::Authority;
 use warden_proxy::clients::{Clients, DEFAULT_MAX_CONNECTIONS};
 use warden_proxy::proxy::{self, Listener, Settings};
 use warden_proxy::secrets::Secrets;
+use warden_run::config::{RunConfig, expand};
 use warden_run::rundir::{RunDir, valid_session};
 use warden_run::{agents, inside, pin, sandbox, summary};
 use warden_sdk::Actor;
@@ -35,6 +36,11 @@ struct Flags {
     /// The folder the agent works in, read-write [default: the current folder]
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// What every run's box adds (run.toml: [box] hide, workspace_secrets,
+    /// writable, env; [secrets] file, env) [default:
+    /// $XDG_CONFIG_HOME/warden/run.toml, when there]
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// A folder or file the agent must not see at all (repeatable; the
     /// user's credential folders, the token file's folder and the
     /// workspace's `.env*` and key files are hidden anyway)
@@ -118,6 +124,22 @@ fn run_inside(args: &[String]) -> ExitCode {
     }
 }
 
+/// `--config`, else `$XDG_CONFIG_HOME/warden/run.toml` (or
+/// `~/.config/warden/run.toml`) when it exists, else nothing.
+fn run_config(flag: Option<&Path>, home: Option<&Path>) -> anyhow::Result<RunConfig> {
+    if let Some(path) = flag {
+        return RunConfig::load(path).context("--config");
+    }
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".config")));
+    match config_home.map(|dir| dir.join("warden/run.toml")) {
+        Some(path) if path.is_file() => RunConfig::load(&path),
+        _ => Ok(RunConfig::default()),
+    }
+}
+
 /// The program a command runs, for messages.
 fn command_name(command: &[String]) -> &str {
     command.first().map_or("", String::as_str)
@@ -166,10 +188,11 @@ fn check_sandbox(bwrap: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The proxy's secrets (`--secrets`, and the model API keys of warden-run's
-/// environment), and the box's variables that hold their placeholders.
-fn secrets(flags: &Flags, store: &mut Secrets) -> anyhow::Result<Vec<(String, String)>> {
-    if let Some(path) = &flags.secrets {
+/// The proxy's secrets (`file`, and the model API keys of warden-run's
+/// environment), and the box's variables that hold their placeholders
+/// (those and `secret_env`'s, `VAR=NAME`).
+fn secrets(file: Option<&Path>, secret_env: &[String], store: &mut Secrets) -> anyhow::Result<Vec<(String, String)>> {
+    if let Some(path) = file {
         *store = Secrets::load(path)?;
     }
     let mut placeholders = Vec::new();
@@ -181,7 +204,7 @@ fn secrets(flags: &Flags, store: &mut Secrets) -> anyhow::Result<Vec<(String, St
         store.insert((*name).to_owned(), value).map_err(|e| anyhow::anyhow!("{variable}: {e}"))?;
         placeholders.push(((*variable).to_owned(), sandbox::placeholder(name)));
     }
-    for pair in &flags.secret_env {
+    for pair in secret_env {
         let Some((variable, name)) = pair.split_once('=') else {
             bail!("--secret-env `{pair}`: VAR=NAME");
         };
@@ -198,6 +221,8 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         bail!("no user to act for: give --user or set WARDEN_USER");
     };
     let outer: Vec<(String, String)> = std::env::vars().collect();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let config = run_config(flags.config.as_deref(), home.as_deref())?;
     let hook = match &flags.hook {
         Some(hook) => hook.clone(),
         None => std::env::current_exe().context("warden-run's own path")?.with_file_name("warden-hook"),
@@ -252,8 +277,16 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         Actor::new(user.clone(), agent.clone(), session.clone()),
         DEFAULT_MAX_CONNECTIONS,
     ));
-    let mut placeholders = secrets(&flags, &mut settings.secrets)?;
-    for pass in &flags.pass_env {
+    let secrets_file =
+        flags.secrets.clone().or_else(|| config.secrets.file.as_deref().map(|f| expand(f, home.as_deref())));
+    let secret_env: Vec<String> = flags
+        .secret_env
+        .iter()
+        .cloned()
+        .chain(config.secrets.env.iter().map(|(variable, name)| format!("{variable}={name}")))
+        .collect();
+    let mut placeholders = secrets(secrets_file.as_deref(), &secret_env, &mut settings.secrets)?;
+    for pass in flags.pass_env.iter().chain(&config.sandbox.env) {
         let (name, value) = match pass.split_once('=') {
             Some((name, value)) => (name.to_owned(), value.to_owned()),
             None => (pass.clone(), std::env::var(pass).with_context(|| format!("--env {pass}: not set"))?),
@@ -279,6 +312,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         placeholders.extend(known.env);
     }
     let mut hidden = flags.hide.clone();
+    hidden.extend(config.sandbox.hide.iter().map(|p| expand(p, home.as_deref())));
     // The token's folder (a monitor's data folder holds every role's).
     if let Some(folder) = token_file.as_deref().and_then(Path::parent) {
         hidden.push(folder.to_owned());
@@ -344,8 +378,10 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             let spec = sandbox::BoxSpec {
                 run_dir: run_dir.path().to_owned(),
                 workspace: workspace.clone(),
-                home: std::env::var_os("HOME").map(PathBuf::from),
+                home: home.clone(),
                 hidden,
+                secret_patterns: config.sandbox.workspace_secrets.clone(),
+                writable: config.sandbox.writable.iter().map(|p| expand(p, home.as_deref())).collect(),
                 env: sandbox::box_env(&outer, &run),
                 inside: inside_argv,
             };

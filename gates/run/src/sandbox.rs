@@ -85,6 +85,10 @@ pub struct BoxSpec {
     /// More folders or files not to be there at all (the monitor's data
     /// folder, token files).
     pub hidden: Vec<PathBuf>,
+    /// More file name patterns shown empty in the workspace (`run.toml`).
+    pub secret_patterns: Vec<String>,
+    /// Paths read-write besides the workspace (`run.toml`).
+    pub writable: Vec<PathBuf>,
     /// The environment inside, in order.
     pub env: Vec<(String, String)>,
     /// The program that runs inside (`warden-run` itself, as the relay).
@@ -100,8 +104,9 @@ fn existing(path: &Path) -> Option<(PathBuf, bool)> {
     Some((real, dir))
 }
 
-/// The workspace's secret files, found now (bounded).
-pub fn workspace_secrets(workspace: &Path) -> Vec<PathBuf> {
+/// The workspace's secret files, found now (bounded): the known ones and
+/// those matching `patterns` (`*` for any run of characters).
+pub fn workspace_secrets(workspace: &Path, patterns: &[String]) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut seen = 0usize;
     let mut stack = vec![(workspace.to_owned(), 0usize)];
@@ -118,7 +123,9 @@ pub fn workspace_secrets(workspace: &Path) -> Vec<PathBuf> {
                 if depth < SEARCH_DEPTH && !NOT_SEARCHED.contains(&name.as_str()) {
                     stack.push((entry.path(), depth + 1));
                 }
-            } else if kind.is_file() && is_workspace_secret(&name) {
+            } else if kind.is_file()
+                && (is_workspace_secret(&name) || patterns.iter().any(|p| crate::config::matches(p, &name)))
+            {
                 found.push(entry.path());
             }
         }
@@ -164,12 +171,15 @@ pub fn bwrap_args(spec: &BoxSpec, empty: &Path) -> Vec<OsString> {
     // The workspace read-write, with its secrets empty and the agent's
     // settings read-only.
     push(&["--bind".as_ref(), spec.workspace.as_os_str(), spec.workspace.as_os_str()]);
+    for (path, _) in spec.writable.iter().filter_map(|p| existing(p)) {
+        push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+    }
     let mut masks: Vec<(PathBuf, bool)> = Vec::new();
     if let Some(home) = &spec.home {
         masks.extend(HOME_CREDENTIALS.iter().filter_map(|p| existing(&home.join(p))));
     }
     masks.extend(spec.hidden.iter().filter_map(|p| existing(p)));
-    masks.extend(workspace_secrets(&spec.workspace).iter().filter_map(|p| existing(p)));
+    masks.extend(workspace_secrets(&spec.workspace, &spec.secret_patterns).iter().filter_map(|p| existing(p)));
     for (path, dir) in &masks {
         if *dir {
             push(&["--tmpfs".as_ref(), path.as_os_str()]);
@@ -288,12 +298,16 @@ mod tests {
         std::fs::create_dir_all(workspace.join("app/node_modules/x")).unwrap();
         std::fs::write(workspace.join("app/.env"), "KEY=1").unwrap();
         std::fs::write(workspace.join("app/node_modules/x/.env"), "vendored").unwrap();
+        std::fs::write(workspace.join("prod.tfvars"), "key = 1").unwrap();
+        std::fs::create_dir_all(home.join(".cache")).unwrap();
         std::fs::create_dir_all(workspace.join(".claude")).unwrap();
         let spec = BoxSpec {
             run_dir: root.path().join("run"),
             workspace: workspace.canonicalize().unwrap(),
             home: Some(home.clone()),
             hidden: vec![root.path().join("no-such-data")],
+            secret_patterns: vec!["*.tfvars".into()],
+            writable: vec![home.join(".cache"), root.path().join("not-there")],
             env: vec![("A".into(), "1".into())],
             inside: vec!["/bin/true".into()],
         };
@@ -310,6 +324,9 @@ mod tests {
         assert!(!args.iter().any(|a| a.contains("node_modules")), "vendored trees are not searched: {args:?}");
         assert!(!args.iter().any(|a| a.contains("no-such-data") || a.contains(".aws")), "{args:?}");
         assert!(after("--ro-bind", &workspace.join(".claude")), "{args:?}");
+        assert!(args.iter().any(|a| a.ends_with("/prod.tfvars")), "run.toml's patterns: {args:?}");
+        assert!(after("--bind", &home.join(".cache")), "{args:?}");
+        assert!(!args.iter().any(|a| a.contains("not-there")), "{args:?}");
         // The workspace is bound before its masks, which would otherwise be
         // mounted over by it.
         let bind = args.iter().position(|a| a == "--bind").unwrap();

@@ -602,3 +602,46 @@ when { context has destination && context.destination == "127.0.0.2" && context 
     assert_eq!(commands[1].2, pb::Outcome::Deny as i32, "{decided:?}");
     monitor.server.stop().await.unwrap();
 }
+
+/// `run.toml` adds to every run's box: paths not there, workspace files
+/// shown empty, paths the agent may write, variables passed in; a key it
+/// does not know is refused, naming it, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_toml_adds_to_the_box() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    std::fs::create_dir_all(machine.home().join("private-notes")).unwrap();
+    std::fs::write(machine.home().join("private-notes/plans.txt"), "secret plans").unwrap();
+    std::fs::create_dir_all(machine.home().join(".cache")).unwrap();
+    std::fs::write(machine.workspace().join("prod.tfvars"), "db_password = \"real\"").unwrap();
+    let config = machine.root.path().join("run.toml");
+    std::fs::write(
+        &config,
+        "[box]\nhide = [\"~/private-notes\"]\nworkspace_secrets = [\"*.tfvars\"]\nwritable = [\"~/.cache\"]\nenv = [\"GREETING=hello\"]\n",
+    )
+    .unwrap();
+    let script = "cat ~/private-notes/plans.txt > got-notes 2>&1; cat prod.tfvars > got-tfvars; \
+                  echo cached > ~/.cache/pip-state; echo \"$GREETING\" > got-greeting";
+    let command =
+        machine.warden_run(&monitor.endpoint, &["--config", config.to_str().unwrap(), "--", "sh", "-c", script]);
+    let out = output(command).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(machine.read("got-notes").contains("No such file"), "{}", machine.read("got-notes"));
+    assert_eq!(machine.read("got-tfvars"), "");
+    assert_eq!(machine.read("prod.tfvars"), "db_password = \"real\"");
+    assert_eq!(std::fs::read_to_string(machine.home().join(".cache/pip-state")).unwrap(), "cached\n");
+    assert_eq!(machine.read("got-greeting"), "hello\n");
+
+    std::fs::write(&config, "[box]\nhidden = [\"~/private-notes\"]\n").unwrap();
+    let command = machine
+        .warden_run(&monitor.endpoint, &["--config", config.to_str().unwrap(), "--", "sh", "-c", "echo ran > ran.txt"]);
+    let out = output(command).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("run.toml") && stderr.contains("hidden"), "{stderr}");
+    assert!(!machine.workspace().join("ran.txt").exists());
+    monitor.server.stop().await.unwrap();
+}
