@@ -78,6 +78,10 @@ struct Flags {
     /// error, as the text summary is)
     #[arg(long)]
     json: bool,
+    /// `warden-mcp`, in front of each of Claude Code's MCP servers in the
+    /// box [default: next to warden-run]
+    #[arg(long, value_name = "PATH")]
+    gateway: Option<PathBuf>,
     /// bubblewrap's program
     #[arg(long, env = "WARDEN_BWRAP", value_name = "PATH", default_value = "bwrap")]
     bwrap: PathBuf,
@@ -223,10 +227,17 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     let outer: Vec<(String, String)> = std::env::vars().collect();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let config = run_config(flags.config.as_deref(), home.as_deref())?;
-    let hook = match &flags.hook {
-        Some(hook) => hook.clone(),
-        None => std::env::current_exe().context("warden-run's own path")?.with_file_name("warden-hook"),
+    let workspace = match &flags.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("the current folder")?,
     };
+    let workspace = workspace
+        .canonicalize()
+        .ok()
+        .filter(|w| w.is_dir())
+        .with_context(|| format!("--workspace {}: not a folder", workspace.display()))?;
+    let here = std::env::current_exe().context("warden-run's own path")?;
+    let hook = flags.hook.clone().unwrap_or_else(|| here.with_file_name("warden-hook"));
     // A coding agent this knows gets its hook for the run.
     let known = agents::setup(&flags.command, &hook, &outer);
     if known.is_some() && !hook.is_file() {
@@ -246,19 +257,26 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     if let Some(known) = &known {
         command.splice(1..1, known.args.iter().cloned());
     }
+    if known.as_ref().is_some_and(|k| k.agent == "claude-code") {
+        // Its MCP servers, each behind warden-mcp in the box, and no other.
+        let servers = agents::claude_mcp_servers(&workspace, home.as_deref());
+        let gateway = flags.gateway.clone().unwrap_or_else(|| here.with_file_name("warden-mcp"));
+        if !servers.is_empty() && !gateway.is_file() {
+            bail!(
+                "Claude Code's MCP servers run behind warden-mcp, which is not at {}: give --gateway PATH",
+                gateway.display()
+            );
+        }
+        let (mcp, left_out) = agents::behind_gateway(&servers, &gateway);
+        for server in left_out {
+            eprintln!("warden-run: MCP server {server} is left out of the run");
+        }
+        command.splice(1..1, ["--mcp-config".to_owned(), mcp.to_string(), "--strict-mcp-config".to_owned()]);
+    }
     let session = flags.session.clone().unwrap_or_else(|| format!("run-{}", uuid::Uuid::new_v4()));
     if !valid_session(&session) {
         bail!("--session `{session}`: 1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot");
     }
-    let workspace = match &flags.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("the current folder")?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .ok()
-        .filter(|w| w.is_dir())
-        .with_context(|| format!("--workspace {}: not a folder", workspace.display()))?;
     let (token, token_file) = token()?;
     if flags.no_sandbox {
         eprintln!(

@@ -707,3 +707,92 @@ async fn with_the_monitor_stopped_mid_run_everything_is_refused() {
         .unwrap_or_else(|e| panic!("{e}: {} {}", machine.read("hook.json"), machine.read("hook-err.txt")));
     assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny", "{answer}");
 }
+
+/// Claude Code's MCP servers (here the workspace's `.mcp.json` naming the
+/// reference server-everything) run in the box behind `warden-mcp`, asking
+/// as the run's session: an allowed tool answers, a denied one never
+/// reaches the server and the model is told the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_s_mcp_servers_run_behind_the_gateway_in_the_box() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let Some(claude) = warden_tests::claude_code::claude_or_skip().unwrap() else { return };
+    let Some(everything) = warden_tests::claude_code::found_or_skip(
+        "the reference MCP server (scripts/test-deps)",
+        warden_tests::claude_code::server_everything(),
+    )
+    .unwrap() else {
+        return;
+    };
+    let machine = Machine::new();
+    std::fs::write(
+        machine.workspace().join(".mcp.json"),
+        serde_json::json!({"mcpServers": {"everything": everything}}).to_string(),
+    )
+    .unwrap();
+    let monitor = warden_tests::monitor::start_with_policies(
+        r#"
+@id("all") permit (principal, action, resource) unless { action == Action::"secret.use" };
+@id("model-key") permit (principal, action == Action::"secret.use", resource == Secret::"anthropic-api-key")
+when { context has destination && context.destination == "127.0.0.2" };
+@id("no-sums") @reason("sums are not for agents")
+forbid (principal, action == Action::"tool.call", resource) when { resource.name == "get-sum" };
+"#,
+        vec![
+            CredentialConfig::for_token("run-harness", Role::Harness, HARNESS, &["*"]),
+            CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    use warden_tests::model_server::{ScriptedModel, Step};
+    let model = ScriptedModel::start_on(
+        std::net::Ipv4Addr::new(127, 0, 0, 2),
+        vec![
+            Step::tool_use("mcp__everything__echo", serde_json::json!({"message": "hello from the box"})),
+            Step::tool_use("mcp__everything__get-sum", serde_json::json!({"a": 2, "b": 40})),
+            Step::text("all done"),
+        ],
+    )
+    .await
+    .unwrap();
+    let args = [
+        "--session",
+        "mcp-1",
+        "--env",
+        "ENABLE_TOOL_SEARCH=false",
+        "--",
+        claude.to_str().unwrap(),
+        "-p",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "mcp__everything",
+        "--",
+        "use the tools",
+    ];
+    let mut command = machine.warden_run(&monitor.endpoint, &args);
+    command.env("ANTHROPIC_API_KEY", "sk-ant-mcp").env("ANTHROPIC_BASE_URL", model.base_url());
+    let out = output(command).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let answer: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
+    assert_eq!(answer["result"], "all done", "{answer}");
+    let results = model.tool_results();
+    let echo = results.iter().find(|r| r.content.contains("hello from the box"));
+    assert!(echo.is_some_and(|r| !r.is_error), "{results:?}");
+    // A tool Warden denies is not even offered (the gateway previews its
+    // list); called anyway, it does not run.
+    assert!(!model.tool_names().iter().any(|t| t == "mcp__everything__get-sum"), "{:?}", model.tool_names());
+    assert!(model.tool_names().iter().any(|t| t == "mcp__everything__echo"), "{:?}", model.tool_names());
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[1].is_error && !results[1].content.contains("42"), "{results:?}");
+
+    let decided = decisions(&monitor.endpoint).await;
+    assert!(decided.iter().all(|(session, _, _)| session == "mcp-1"), "{decided:?}");
+    let tools: Vec<_> = decided.iter().filter(|(_, resource, _)| resource.starts_with("Tool::\"everything/")).collect();
+    assert!(tools.iter().any(|(_, r, o)| r.contains("echo") && *o == pb::Outcome::Allow as i32), "{decided:?}");
+    monitor.server.stop().await.unwrap();
+}
