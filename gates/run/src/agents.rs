@@ -76,14 +76,22 @@ pub fn behind_gateway(
     (serde_json::json!({"mcpServers": wrapped}), left_out)
 }
 
+/// Claude Code's hook matcher (a regular expression over tool names) for
+/// every tool but MCP servers' (`mcp__SERVER__TOOL`).
+pub const NOT_MCP: &str = "^(?!mcp__).*";
+
 /// The setup for `command`, when its program is an agent this knows;
 /// `hook`: `warden-hook`'s path; `outer`: warden-run's environment.
 pub fn setup(command: &[String], hook: &Path, outer: &[(String, String)]) -> Option<Setup> {
     let program = Path::new(command.first()?).file_name()?.to_str()?;
     match program {
         "claude" => {
-            // The hook blocks the tool when it cannot run at all.
-            let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{
+            // The hook blocks the tool when it cannot run at all. It is not
+            // asked about MCP tools: the run's only MCP servers are behind
+            // warden-mcp (--strict-mcp-config), which asks about each call
+            // (asked twice, a call waiting for a person would be two
+            // approvals).
+            let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": NOT_MCP, "hooks": [{
                 "type": "command",
                 "command": format!("'{}' claude-code", hook.display().to_string().replace('\'', r"'\''")),
                 // The hook's default --max-wait (900 s) and 30 s more, as
@@ -147,6 +155,7 @@ mod tests {
         let entry = &settings["hooks"]["PreToolUse"][0]["hooks"][0];
         assert_eq!(entry["command"], r"'/opt/it'\''s/warden-hook' claude-code");
         assert_eq!(entry["onFailure"], "block");
+        assert_eq!(settings["hooks"]["PreToolUse"][0]["matcher"], NOT_MCP);
         assert!(claude.env.contains(&("ANTHROPIC_BASE_URL".into(), "https://gw.example".into())));
         assert_eq!(setup(&["sh".into()], Path::new("/h"), &outer), None);
         assert_eq!(setup(&[], Path::new("/h"), &outer), None);
