@@ -312,6 +312,10 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         if name.is_empty() || name.starts_with("WARDEN_") {
             bail!("--env `{pass}`: not a variable the box may be given");
         }
+        // A secret's placeholder is not to be replaced by its value.
+        if placeholders.iter().any(|(held, _)| *held == name) {
+            bail!("--env `{pass}`: {name} holds a secret's placeholder in the box; the proxy puts the value in");
+        }
         placeholders.push((name, value));
     }
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -50,7 +50,8 @@ pub fn is_workspace_secret(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     let env = lower == ".env"
         || (lower.starts_with(".env.") && !matches!(lower.as_str(), ".env.example" | ".env.sample" | ".env.template"));
-    let key = [".pem", ".key", ".p12", ".pfx", ".jks", ".keystore"].iter().any(|end| lower.ends_with(end));
+    // `.token`: a Warden data folder's role tokens (`harness.token` …).
+    let key = [".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".token"].iter().any(|end| lower.ends_with(end));
     env || key
         || matches!(lower.as_str(), "id_rsa" | "id_ecdsa" | "id_ed25519" | "id_dsa" | ".netrc" | ".npmrc" | ".pypirc")
 }
@@ -280,7 +281,9 @@ mod tests {
 
     #[test]
     fn credential_files_are_told_from_their_examples() {
-        for name in [".env", ".env.local", ".ENV.production", "server.key", "tls.pem", "id_ed25519", "store.p12"] {
+        for name in
+            [".env", ".env.local", ".ENV.production", "server.key", "tls.pem", "id_ed25519", "store.p12", "admin.token"]
+        {
             assert!(is_workspace_secret(name), "{name}");
         }
         for name in [".env.example", ".env.sample", "main.rs", "keys.rs", "README.md", ".envrc"] {

@@ -74,6 +74,9 @@ impl Machine {
         std::fs::write(machine.workspace().join(".env"), "API_KEY=real").unwrap();
         std::fs::write(machine.workspace().join("app/.env.local"), "DB_PASSWORD=real").unwrap();
         std::fs::write(machine.workspace().join("notes.txt"), "my notes").unwrap();
+        // A monitor's data folder in the workspace, as README's five minutes make it.
+        std::fs::create_dir_all(machine.workspace().join(".warden")).unwrap();
+        std::fs::write(machine.workspace().join(".warden/admin.token"), "wdn_admin_secret").unwrap();
         std::fs::create_dir_all(machine.data()).unwrap();
         std::fs::write(machine.token_file(), HARNESS).unwrap();
         std::fs::set_permissions(machine.token_file(), std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -146,7 +149,7 @@ async fn the_box_hides_credentials_and_keeps_writes_to_the_workspace() {
     let token_file = machine.token_file().display().to_string();
     let script = format!(
         "cat ~/.ssh/id_rsa > got-ssh 2>&1; cat '{token_file}' > got-token 2>&1; cat .env > got-env; \
-         cat app/.env.local > got-env-local; env > got-environ; echo written > out.txt; \
+         cat app/.env.local > got-env-local; cat .warden/admin.token > got-admin; env > got-environ; echo written > out.txt; \
          echo x 2> got-home > ~/new; echo x 2> got-etc > /etc/warden-run-test; exit 7"
     );
     let mut command = machine.warden_run(&monitor.endpoint, &["--session", "box-1", "--", "sh", "-c", &script]);
@@ -160,6 +163,8 @@ async fn the_box_hides_credentials_and_keeps_writes_to_the_workspace() {
     assert!(machine.read("got-token").contains("No such file"), "{}", machine.read("got-token"));
     assert_eq!(machine.read("got-env"), "");
     assert_eq!(machine.read("got-env-local"), "");
+    assert_eq!(machine.read("got-admin"), "");
+    assert_eq!(machine.read(".warden/admin.token"), "wdn_admin_secret");
     assert!(machine.read("got-home").contains("Read-only"), "{}", machine.read("got-home"));
     assert!(machine.read("got-etc").contains("Read-only"), "{}", machine.read("got-etc"));
     assert_eq!(machine.read("out.txt"), "written\n");
@@ -511,6 +516,16 @@ when { context has destination && context.destination == "127.0.0.2" && context 
     assert_eq!(machine.read("deploy-code.txt"), "403");
     assert!(!machine.read("deploy.txt").contains("deploy-s3cr3t"));
     assert_eq!(*seen.lock().unwrap(), ["/v1/messages"]);
+
+    // Passing the key itself in is refused: the placeholder stays.
+    let mut command =
+        machine.warden_run(&monitor.endpoint, &["--env", "ANTHROPIC_API_KEY", "--", "sh", "-c", "echo ran > ran.txt"]);
+    command.env("ANTHROPIC_API_KEY", "sk-ant-real-123");
+    let out = output(command).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("holds a secret's placeholder"), "{stderr}");
+    assert!(!machine.workspace().join("ran.txt").exists());
     monitor.server.stop().await.unwrap();
 }
 
