@@ -140,8 +140,46 @@ impl ScriptedModel {
             api_keys: Vec::new(),
             next_id: 0,
         }));
-        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
+        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state), None));
         Ok(ScriptedModel { addr, state, server })
+    }
+
+    /// [`ScriptedModel::start_on`] over TLS (`https://`), with a certificate
+    /// for `ip` from a CA of its own; also returns that CA's PEM, for the
+    /// client (or the proxy in between) to trust.
+    pub async fn start_tls_on(ip: Ipv4Addr, steps: Vec<Step>) -> anyhow::Result<(ScriptedModel, String)> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::default();
+        ca.distinguished_name.push(DnType::CommonName, "scripted model CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_pem = ca.self_signed(&ca_key)?.pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate()?;
+        let mut leaf = CertificateParams::default();
+        leaf.subject_alt_names = vec![SanType::IpAddress(ip.into())];
+        let cert = leaf.signed_by(&key, &issuer)?;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind((ip, 0)).await.with_context(|| format!("cannot bind {ip}:0"))?;
+        let addr = listener.local_addr().context("no local address")?;
+        let state = Arc::new(Mutex::new(State {
+            script: steps.into(),
+            requests: Vec::new(),
+            api_keys: Vec::new(),
+            next_id: 0,
+        }));
+        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state), Some(acceptor)));
+        Ok((ScriptedModel { addr, state, server }, ca_pem))
+    }
+
+    /// `https://IP:PORT`, for a server from [`ScriptedModel::start_tls_on`].
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.addr)
     }
 
     /// The `x-api-key` header of each request that had one, in order.
@@ -217,7 +255,7 @@ impl Drop for ScriptedModel {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
+async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>, tls: Option<tokio_rustls::TlsAcceptor>) {
     let mut connections = JoinSet::new();
     loop {
         let stream = match listener.accept().await {
@@ -231,13 +269,22 @@ async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
         // Small SSE bodies: do not let Nagle hold the last segment back.
         let _ = stream.set_nodelay(true);
         let state = Arc::clone(&state);
+        let tls = tls.clone();
         connections.spawn(async move {
             let service = service_fn(move |request| handle(request, Arc::clone(&state)));
-            // A client that goes away mid-request is not the server's problem.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            // A client that goes away mid-request (or mid-handshake) is not
+            // the server's problem.
+            match tls {
+                None => {
+                    let _ = builder.keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+                }
+                Some(tls) => {
+                    if let Ok(stream) = tls.accept(stream).await {
+                        let _ = builder.keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+                    }
+                }
+            }
         });
         while connections.try_join_next().is_some() {}
     }

@@ -531,7 +531,8 @@ when { context has destination && context.destination == "127.0.0.2" && context 
 
 /// The real Claude Code in the box (`warden-run -- claude …`, which gets
 /// its hook for the run), its scripted model server on the host's loopback
-/// reached only through the run's proxy, with the hook asking through the
+/// (HTTPS, its CA given to the proxy as an upstream CA) reached only
+/// through the run's proxy, with the hook asking through the
 /// run's door: the model server gets the real API key while the box holds
 /// the placeholder, the Bash tool runs in the box (no SSH key there), a
 /// tool Warden denies does not run, and every decision is the run's
@@ -574,7 +575,9 @@ when { context has destination && context.destination == "127.0.0.2" && context 
          curl -sS -m 5 --noproxy '*' {untouched_url}/ > around.txt 2>&1; echo ran > ran.txt",
         machine.token_file().display()
     );
-    let model = ScriptedModel::start_on(
+    // Over HTTPS: the proxy's CA in the box, the model server's CA given to
+    // the proxy as an upstream CA.
+    let (model, model_ca) = ScriptedModel::start_tls_on(
         std::net::Ipv4Addr::new(127, 0, 0, 2),
         vec![
             Step::tool_use("Bash", serde_json::json!({"command": bash, "description": "look around"})),
@@ -586,7 +589,11 @@ when { context has destination && context.destination == "127.0.0.2" && context 
     .unwrap();
     // `claude` gets its hook for the run from warden-run itself (the one
     // built next to it), and ANTHROPIC_BASE_URL passed in.
+    let model_ca_file = machine.root.path().join("model-ca.pem");
+    std::fs::write(&model_ca_file, model_ca).unwrap();
     let args = [
+        "--upstream-ca",
+        model_ca_file.to_str().unwrap(),
         "--session",
         "claude-1",
         "--env",
@@ -602,7 +609,7 @@ when { context has destination && context.destination == "127.0.0.2" && context 
         "look around",
     ];
     let mut command = machine.warden_run(&monitor.endpoint, &args);
-    command.env("ANTHROPIC_API_KEY", "sk-ant-real-claude").env("ANTHROPIC_BASE_URL", model.base_url());
+    command.env("ANTHROPIC_API_KEY", "sk-ant-real-claude").env("ANTHROPIC_BASE_URL", model.https_url());
     let out = output(command).await;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -627,6 +634,7 @@ when { context has destination && context.destination == "127.0.0.2" && context 
 
     let decided = decisions(&monitor.endpoint).await;
     assert!(decided.iter().all(|(session, _, _)| session == "claude-1"), "{decided:?}");
+    assert!(decided.iter().any(|(_, r, _)| r.starts_with("Url::\"https://127.0.0.2:")), "over HTTPS: {decided:?}");
     let commands: Vec<_> = decided.iter().filter(|(_, resource, _)| resource.starts_with("Command::")).collect();
     assert_eq!(commands.len(), 2, "the hook asked about both commands: {decided:?}");
     assert_eq!(commands[1].2, pb::Outcome::Deny as i32, "{decided:?}");
