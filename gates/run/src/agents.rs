@@ -91,7 +91,10 @@ pub fn setup(command: &[String], hook: &Path, outer: &[(String, String)]) -> Opt
             // warden-mcp (--strict-mcp-config), which asks about each call
             // (asked twice, a call waiting for a person would be two
             // approvals).
-            let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": NOT_MCP, "hooks": [{
+            // WebFetch's own preflight (sending each domain to Anthropic) is
+            // skipped: what may be fetched is Warden's to decide, on the
+            // hook and again at the proxy.
+            let settings = serde_json::json!({"skipWebFetchPreflight": true, "hooks": {"PreToolUse": [{"matcher": NOT_MCP, "hooks": [{
                 "type": "command",
                 "command": format!("'{}' claude-code", hook.display().to_string().replace('\'', r"'\''")),
                 // The hook's default --max-wait (900 s) and 30 s more, as
@@ -156,6 +159,7 @@ mod tests {
         assert_eq!(entry["command"], r"'/opt/it'\''s/warden-hook' claude-code");
         assert_eq!(entry["onFailure"], "block");
         assert_eq!(settings["hooks"]["PreToolUse"][0]["matcher"], NOT_MCP);
+        assert_eq!(settings["skipWebFetchPreflight"], true);
         assert!(claude.env.contains(&("ANTHROPIC_BASE_URL".into(), "https://gw.example".into())));
         assert_eq!(setup(&["sh".into()], Path::new("/h"), &outer), None);
         assert_eq!(setup(&[], Path::new("/h"), &outer), None);
