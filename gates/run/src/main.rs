@@ -144,6 +144,15 @@ fn run_config(flag: Option<&Path>, home: Option<&Path>) -> anyhow::Result<RunCon
     }
 }
 
+/// Where `program` is: itself when it names a path, else the first of PATH.
+fn which(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return Some(program.to_owned());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+}
+
 /// The program a command runs, for messages.
 fn command_name(command: &[String]) -> &str {
     command.first().map_or("", String::as_str)
@@ -238,6 +247,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         .with_context(|| format!("--workspace {}: not a folder", workspace.display()))?;
     let here = std::env::current_exe().context("warden-run's own path")?;
     let hook = flags.hook.clone().unwrap_or_else(|| here.with_file_name("warden-hook"));
+    let gateway = flags.gateway.clone().unwrap_or_else(|| here.with_file_name("warden-mcp"));
     // A coding agent this knows gets its hook for the run.
     let known = agents::setup(&flags.command, &hook, &outer);
     if known.is_some() && !hook.is_file() {
@@ -260,7 +270,6 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     if known.as_ref().is_some_and(|k| k.agent == "claude-code") {
         // Its MCP servers, each behind warden-mcp in the box, and no other.
         let servers = agents::claude_mcp_servers(&workspace, home.as_deref());
-        let gateway = flags.gateway.clone().unwrap_or_else(|| here.with_file_name("warden-mcp"));
         if !servers.is_empty() && !gateway.is_file() {
             bail!(
                 "Claude Code's MCP servers run behind warden-mcp, which is not at {}: give --gateway PATH",
@@ -333,7 +342,11 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     if let Some(known) = known {
         placeholders.extend(known.env);
     }
+    // What the box cannot make read-only because it is not there yet.
+    let absent = if flags.no_sandbox { vec![] } else { sandbox::absent_read_only(&workspace) };
     let mut hidden = flags.hide.clone();
+    // The run's secrets, wherever the file is.
+    hidden.extend(secrets_file.iter().cloned());
     hidden.extend(config.sandbox.hide.iter().map(|p| expand(p, home.as_deref())));
     // The token's folder (a monitor's data folder holds every role's).
     if let Some(folder) = token_file.as_deref().and_then(Path::parent) {
@@ -404,6 +417,18 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
                 hidden,
                 secret_patterns: config.sandbox.workspace_secrets.clone(),
                 writable: config.sandbox.writable.iter().map(|p| expand(p, home.as_deref())).collect(),
+                // What runs (or configures) the next run, outside the box:
+                // never rewritten from inside, wherever it sits.
+                read_only: [
+                    Some(here.clone()),
+                    Some(hook.clone()),
+                    Some(gateway.clone()),
+                    flags.config.clone(),
+                    which(&flags.bwrap),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
                 env: sandbox::box_env(&outer, &run),
                 inside: inside_argv,
             };
@@ -415,6 +440,14 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         };
         let status = tokio::task::spawn_blocking(move || child.wait()).await??;
         drop(run_dir);
+        for (made, aside) in sandbox::set_aside(&absent, &session) {
+            eprintln!(
+                "warden-run: WARNING: the run made {}, which would run or configure code outside the box: set aside \
+                 as {}",
+                made.display(),
+                aside.display()
+            );
+        }
         let code = inside::code(status);
         let tally = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if flags.json {

@@ -43,8 +43,10 @@ impl RunDir {
     /// Makes the folder of run `session`: refuses one that exists (another
     /// run of that session is under way, or ended badly).
     pub fn create(session: &str) -> io::Result<Self> {
+        // Only under /run (or /tmp), which the box replaces: elsewhere (WSLg
+        // keeps it in /mnt) the box would see the proxy's CA key.
         let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-            Some(runtime) if runtime.is_dir() => runtime.join("warden-run"),
+            Some(runtime) if runtime.is_dir() && runtime.starts_with("/run") => runtime.join("warden-run"),
             _ => PathBuf::from(format!("/tmp/warden-run-{}", std::fs::metadata("/proc/self")?.uid())),
         };
         private_dir(&base)?;

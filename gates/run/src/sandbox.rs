@@ -43,6 +43,32 @@ pub const HOME_CREDENTIALS: &[&str] = &[
     ".vault-token",
     ".pgpass",
     ".terraform.d/credentials.tfrc.json",
+    // Coding agents' own logins and settings (their MCP servers' tokens).
+    ".claude.json",
+    ".claude/.credentials.json",
+    ".codex",
+    ".gemini",
+    // Warden's own: run.toml and the run's secrets file.
+    ".config/warden",
+    // Shells' startup files (an `export API_KEY=…`) and histories.
+    ".bashrc",
+    ".bash_profile",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".bash_history",
+    ".zsh_history",
+    ".histfile",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    // Browsers' profiles (cookies, saved passwords).
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
 ];
 
 /// Files in the workspace that hold credentials, by name: shown empty.
@@ -52,8 +78,14 @@ pub fn is_workspace_secret(name: &str) -> bool {
         || (lower.starts_with(".env.") && !matches!(lower.as_str(), ".env.example" | ".env.sample" | ".env.template"));
     // `.token`: a Warden data folder's role tokens (`harness.token` …).
     let key = [".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".token"].iter().any(|end| lower.ends_with(end));
+    // An editor's backup of one (`.env~`) is one too.
+    let backup = lower.strip_suffix('~').is_some_and(is_workspace_secret);
     env || key
-        || matches!(lower.as_str(), "id_rsa" | "id_ecdsa" | "id_ed25519" | "id_dsa" | ".netrc" | ".npmrc" | ".pypirc")
+        || backup
+        || matches!(
+            lower.as_str(),
+            "id_rsa" | "id_ecdsa" | "id_ed25519" | "id_dsa" | ".netrc" | ".npmrc" | ".pypirc" | ".envrc"
+        )
 }
 
 /// Folders of the workspace that are not searched for secrets (generated or
@@ -63,10 +95,41 @@ const NOT_SEARCHED: &[&str] = &[".git", "node_modules", "target", ".venv", "venv
 const SEARCH_DEPTH: usize = 8;
 const SEARCH_ENTRIES: usize = 100_000;
 
-/// The agent's own settings, hooks and what runs later outside the box
-/// (git hooks and config, direnv): read-only inside the workspace.
-pub const WORKSPACE_READ_ONLY: &[&str] =
-    &[".claude", ".mcp.json", ".codex", ".gemini", ".git/hooks", ".git/config", ".envrc", ".vscode"];
+/// The agent's own settings, and what git, editors and direnv run later
+/// outside the box: read-only inside the workspace. `.git` whole: its
+/// config, hooks, `commondir` and submodules' all run code outside, and a
+/// renamed copy would carry no mount (the agent does not commit in the box).
+pub const WORKSPACE_READ_ONLY: &[&str] = &[".claude", ".mcp.json", ".codex", ".gemini", ".git", ".envrc", ".vscode"];
+
+/// The read-only names of `workspace` that are not there now: the box
+/// cannot make them read-only, so what the agent makes there is set aside
+/// after the run ([`set_aside`]).
+pub fn absent_read_only(workspace: &Path) -> Vec<PathBuf> {
+    WORKSPACE_READ_ONLY
+        .iter()
+        .map(|relative| workspace.join(relative))
+        .filter(|path| std::fs::symlink_metadata(path).is_err())
+        .collect()
+}
+
+/// Renames each of `paths` that exists now to `NAME.from-warden-run-SESSION`
+/// (an agent's settings, git folder or direnv file made in the box would
+/// otherwise run outside it later); returns what was set aside, and where.
+pub fn set_aside(paths: &[PathBuf], session: &str) -> Vec<(PathBuf, PathBuf)> {
+    let mut moved = Vec::new();
+    for path in paths {
+        if std::fs::symlink_metadata(path).is_err() {
+            continue;
+        }
+        let mut aside = path.clone().into_os_string();
+        aside.push(format!(".from-warden-run-{session}"));
+        let aside = PathBuf::from(aside);
+        if std::fs::rename(path, &aside).is_ok() {
+            moved.push((path.clone(), aside));
+        }
+    }
+    moved
+}
 
 /// The environment variables passed into the box as they are; every other
 /// one (tokens, keys, agent sockets) stays outside.
@@ -90,6 +153,9 @@ pub struct BoxSpec {
     pub secret_patterns: Vec<String>,
     /// Paths read-write besides the workspace (`run.toml`).
     pub writable: Vec<PathBuf>,
+    /// Paths read-only whatever is around them (warden-run's own binaries,
+    /// its config and secrets files, when they sit in the workspace).
+    pub read_only: Vec<PathBuf>,
     /// The environment inside, in order.
     pub env: Vec<(String, String)>,
     /// The program that runs inside (`warden-run` itself, as the relay).
@@ -116,10 +182,24 @@ pub fn workspace_secrets(workspace: &Path, patterns: &[String]) -> Vec<PathBuf> 
         for entry in entries.flatten() {
             seen += 1;
             if seen > SEARCH_ENTRIES {
+                eprintln!(
+                    "warden-run: WARNING: the workspace has more than {SEARCH_ENTRIES} entries; files past them are \
+                     not searched for credentials (list them in run.toml's workspace_secrets, or hide their folder)"
+                );
                 return found;
             }
             let name = entry.file_name().to_string_lossy().into_owned();
             let Ok(kind) = entry.file_type() else { continue };
+            // A link to a file is masked where it leads: its name is what
+            // says it holds a credential.
+            let kind = if kind.is_symlink() {
+                match std::fs::metadata(entry.path()) {
+                    Ok(meta) if meta.is_file() => meta.file_type(),
+                    _ => continue,
+                }
+            } else {
+                kind
+            };
             if kind.is_dir() {
                 if depth < SEARCH_DEPTH && !NOT_SEARCHED.contains(&name.as_str()) {
                     stack.push((entry.path(), depth + 1));
@@ -132,6 +212,46 @@ pub fn workspace_secrets(workspace: &Path, patterns: &[String]) -> Vec<PathBuf> 
         }
     }
     found.sort();
+    found
+}
+
+/// Folders outside `/run` and `/tmp` where services keep their unix
+/// sockets (container engines, Nix's daemon): any socket below them is
+/// masked, as the home folder's are.
+pub const SOCKET_PLACES: &[&str] = &["/var/lib", "/var/snap", "/nix/var", "/var/run/docker.sock"];
+/// How deep and how many entries at most a place is searched for sockets.
+const SOCKET_DEPTH: usize = 5;
+const SOCKET_ENTRIES: usize = 200_000;
+
+/// The unix sockets below `roots`, found now (bounded): a socket reaches a
+/// process outside the box (a container engine, an agent, a daemon) from
+/// any network namespace.
+pub fn sockets(roots: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<(PathBuf, usize)> = roots.iter().map(|r| (r.clone(), 0)).collect();
+    while let Some((dir, depth)) = stack.pop() {
+        if let Ok(meta) = std::fs::symlink_metadata(&dir)
+            && meta.file_type().is_socket()
+        {
+            found.push(dir);
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > SOCKET_ENTRIES {
+                return found;
+            }
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_socket() {
+                found.push(entry.path());
+            } else if kind.is_dir() && depth < SOCKET_DEPTH {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
     found
 }
 
@@ -180,6 +300,9 @@ pub fn bwrap_args(spec: &BoxSpec, empty: &Path) -> Vec<OsString> {
         masks.extend(HOME_CREDENTIALS.iter().filter_map(|p| existing(&home.join(p))));
     }
     masks.extend(spec.hidden.iter().filter_map(|p| existing(p)));
+    let mut places: Vec<PathBuf> = SOCKET_PLACES.iter().map(PathBuf::from).collect();
+    places.extend(spec.home.iter().cloned());
+    masks.extend(sockets(&places).iter().filter_map(|p| Some((std::fs::canonicalize(p).ok()?, false))));
     masks.extend(workspace_secrets(&spec.workspace, &spec.secret_patterns).iter().filter_map(|p| existing(p)));
     for (path, dir) in &masks {
         if *dir {
@@ -194,6 +317,10 @@ pub fn bwrap_args(spec: &BoxSpec, empty: &Path) -> Vec<OsString> {
         {
             push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
         }
+    }
+    // Last, so that no writable bind is over them.
+    for (path, _) in spec.read_only.iter().filter_map(|p| existing(p)) {
+        push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
     }
     push(&["--chdir".as_ref(), spec.workspace.as_os_str(), "--clearenv".as_ref()]);
     for (name, value) in &spec.env {
@@ -286,7 +413,10 @@ mod tests {
         {
             assert!(is_workspace_secret(name), "{name}");
         }
-        for name in [".env.example", ".env.sample", "main.rs", "keys.rs", "README.md", ".envrc"] {
+        for name in [".env~", ".envrc", "cert.pem~"] {
+            assert!(is_workspace_secret(name), "{name}");
+        }
+        for name in [".env.example", ".env.sample", "main.rs", "keys.rs", "README.md", "notes~"] {
             assert!(!is_workspace_secret(name), "{name}");
         }
     }
@@ -303,6 +433,10 @@ mod tests {
         std::fs::write(workspace.join("app/node_modules/x/.env"), "vendored").unwrap();
         std::fs::write(workspace.join("prod.tfvars"), "key = 1").unwrap();
         std::fs::create_dir_all(home.join(".cache")).unwrap();
+        std::fs::create_dir_all(workspace.join("bin")).unwrap();
+        std::fs::write(workspace.join("bin/warden-run"), "binary").unwrap();
+        let socket = home.join(".docker-desktop.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
         std::fs::create_dir_all(workspace.join(".claude")).unwrap();
         let spec = BoxSpec {
             run_dir: root.path().join("run"),
@@ -311,6 +445,7 @@ mod tests {
             hidden: vec![root.path().join("no-such-data")],
             secret_patterns: vec!["*.tfvars".into()],
             writable: vec![home.join(".cache"), root.path().join("not-there")],
+            read_only: vec![workspace.join("bin/warden-run")],
             env: vec![("A".into(), "1".into())],
             inside: vec!["/bin/true".into()],
         };
@@ -330,6 +465,8 @@ mod tests {
         assert!(args.iter().any(|a| a.ends_with("/prod.tfvars")), "run.toml's patterns: {args:?}");
         assert!(after("--bind", &home.join(".cache")), "{args:?}");
         assert!(!args.iter().any(|a| a.contains("not-there")), "{args:?}");
+        assert!(after("--ro-bind", &workspace.join("bin/warden-run")), "{args:?}");
+        assert!(args.iter().any(|a| a.ends_with("/.docker-desktop.sock")), "a socket in the home folder: {args:?}");
         // The workspace is bound before its masks, which would otherwise be
         // mounted over by it.
         let bind = args.iter().position(|a| a == "--bind").unwrap();

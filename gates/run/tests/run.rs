@@ -926,3 +926,84 @@ when {{ context has destination && context.destination == "127.0.0.2" }};
     assert!(stderr.contains("/upload"), "the summary names the upload: {stderr}");
     monitor.server.stop().await.unwrap();
 }
+
+/// What an attacker's review found, closed: `.git` is read-only whole (its
+/// config, `commondir` and submodules would run code outside, and a renamed
+/// copy would carry no mount); an agent's settings folder made in the box
+/// is set aside after the run; a `--config` file in the workspace cannot be
+/// rewritten; a unix socket in the home folder is not reachable; shell
+/// startup files and the run's secrets file are not readable; a `.env`
+/// that is a link to elsewhere is masked where it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_attacker_found_is_closed() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    let ws = machine.workspace();
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(ws.join("run.toml"), "[box]\n").unwrap();
+    std::fs::write(machine.home().join(".bashrc"), "export AWS_SECRET_ACCESS_KEY=real-aws\n").unwrap();
+    let secrets = machine.root.path().join("run-secrets.toml");
+    std::fs::write(&secrets, "deploy-key = \"deploy-real\"\n").unwrap();
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let elsewhere = machine.root.path().join("prod.env");
+    std::fs::write(&elsewhere, "DB_PASSWORD=linked-real").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, ws.join(".env.production")).unwrap();
+    let socket = machine.home().join(".docker-desktop.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+
+    let script = format!(
+        "mv .git .git-old 2> git-mv.txt; echo x 2> git-commondir.txt > .git/commondir; \
+         echo '[core] fsmonitor = evil' 2> git-config.txt >> .git/config; \
+         mkdir -p .claude && echo '{{\"hooks\": {{}}}}' > .claude/settings.json; \
+         echo '[box]' 2> config.txt >> run.toml; cat ~/.bashrc > bashrc.txt; cat '{}' > secrets.txt 2>&1; \
+         cat .env.production > linked.txt; \
+         python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}')\" 2> socket.txt; true",
+        secrets.display(),
+        socket.display()
+    );
+    let args = [
+        "--config",
+        "run.toml",
+        "--secrets",
+        secrets.to_str().unwrap(),
+        "--session",
+        "attack-1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let out = output(machine.warden_run(&monitor.endpoint, &args)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+
+    for (file, what) in
+        [("git-mv.txt", "mv .git"), ("git-commondir.txt", ".git/commondir"), ("git-config.txt", ".git/config")]
+    {
+        let said = machine.read(file);
+        assert!(said.contains("Read-only") || said.contains("busy"), "{what}: {said}");
+    }
+    assert!(ws.join(".git/hooks").is_dir() && !ws.join(".git/commondir").exists() && !ws.join(".git-old").exists());
+    assert_eq!(machine.read(".git/config"), "[core]\n");
+    // The settings made in the box were set aside, and the run said so.
+    assert!(!ws.join(".claude").exists(), "an agent's settings made in the box stayed in place");
+    assert!(ws.join(".claude.from-warden-run-attack-1/settings.json").exists());
+    assert!(stderr.contains("set aside"), "{stderr}");
+    assert!(machine.read("config.txt").contains("Read-only"), "{}", machine.read("config.txt"));
+    assert_eq!(machine.read("run.toml"), "[box]\n");
+    assert_eq!(machine.read("bashrc.txt"), "");
+    assert!(!machine.read("secrets.txt").contains("deploy-real"), "{}", machine.read("secrets.txt"));
+    assert_eq!(machine.read("linked.txt"), "");
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "DB_PASSWORD=linked-real");
+    assert!(!machine.read("socket.txt").is_empty(), "the socket answered from inside the box");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection reached the home folder's socket"
+    );
+    monitor.server.stop().await.unwrap();
+}
