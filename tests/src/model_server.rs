@@ -138,6 +138,11 @@ impl ScriptedModel {
     /// [`ScriptedModel::start`] on another loopback address (`127.0.0.2`:
     /// one that `NO_PROXY=127.0.0.1` does not cover, reached through a proxy).
     pub async fn start_on(ip: Ipv4Addr, steps: Vec<Step>) -> anyhow::Result<ScriptedModel> {
+        Self::serve(ip, steps, None).await
+    }
+
+    /// Binds `ip:0` and serves the script, over TLS with `tls`.
+    async fn serve(ip: Ipv4Addr, steps: Vec<Step>, tls: Option<tokio_rustls::TlsAcceptor>) -> anyhow::Result<Self> {
         let listener = TcpListener::bind((ip, 0)).await.with_context(|| format!("cannot bind {ip}:0"))?;
         let addr = listener.local_addr().context("no local address")?;
         let state = Arc::new(Mutex::new(State {
@@ -146,7 +151,7 @@ impl ScriptedModel {
             api_keys: Vec::new(),
             next_id: 0,
         }));
-        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state), None));
+        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state), tls));
         Ok(ScriptedModel { addr, state, server })
     }
 
@@ -171,16 +176,7 @@ impl ScriptedModel {
             rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der())),
         )?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind((ip, 0)).await.with_context(|| format!("cannot bind {ip}:0"))?;
-        let addr = listener.local_addr().context("no local address")?;
-        let state = Arc::new(Mutex::new(State {
-            script: steps.into(),
-            requests: Vec::new(),
-            api_keys: Vec::new(),
-            next_id: 0,
-        }));
-        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state), Some(acceptor)));
-        Ok((ScriptedModel { addr, state, server }, ca_pem))
+        Ok((Self::serve(ip, steps, Some(acceptor)).await?, ca_pem))
     }
 
     /// `https://IP:PORT`, for a server from [`ScriptedModel::start_tls_on`].

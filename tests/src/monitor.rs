@@ -47,3 +47,22 @@ pub async fn start_with_policies(policies: &str, credentials: Vec<CredentialConf
     let endpoint = format!("http://{}", server.addr());
     Ok(OwnPolicies { server, endpoint, policies: dir, data })
 }
+
+/// Every record of the audit log of the monitor at `endpoint`, read with the
+/// admin token `admin`, in order.
+pub async fn audit(endpoint: &str, admin: &str) -> anyhow::Result<Vec<warden_proto::v1::AuditRecord>> {
+    use warden_proto::v1 as pb;
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?.connect().await?;
+    let token: tonic::metadata::MetadataValue<_> = format!("Bearer {admin}").parse()?;
+    let mut client = pb::admin_client::AdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert("authorization", token.clone());
+        Ok(r)
+    });
+    let request = pb::TailAuditRequest { all: true, ..Default::default() };
+    let mut stream = client.tail_audit(request).await?.into_inner();
+    let mut records = Vec::new();
+    while let Some(record) = stream.message().await? {
+        records.push(record);
+    }
+    Ok(records)
+}

@@ -117,22 +117,12 @@ impl Setup {
     /// Every decision record of the monitor's audit log: session, resource
     /// and outcome.
     async fn decisions(&self) -> Vec<(String, String, i32)> {
-        let channel = tonic::transport::Channel::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap();
-        let token: tonic::metadata::MetadataValue<_> = format!("Bearer {ADMIN}").parse().unwrap();
-        let mut admin = pb::admin_client::AdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
-            r.metadata_mut().insert("authorization", token.clone());
-            Ok(r)
-        });
-        let request = pb::TailAuditRequest { all: true, ..Default::default() };
-        let mut stream = admin.tail_audit(request).await.unwrap().into_inner();
-        let mut decisions = Vec::new();
-        while let Some(record) = stream.message().await.unwrap() {
-            if record.kind == "decision" {
-                let session = record.actor.map(|a| a.session).unwrap_or_default();
-                decisions.push((session, record.resource, record.outcome));
-            }
-        }
-        decisions
+        let records = warden_tests::monitor::audit(&self.endpoint, ADMIN).await.unwrap();
+        records
+            .into_iter()
+            .filter(|record| record.kind == "decision")
+            .map(|record| (record.actor.map(|a| a.session).unwrap_or_default(), record.resource, record.outcome))
+            .collect()
     }
 
     /// Waits for one approval, then approves it.

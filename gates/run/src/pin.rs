@@ -8,11 +8,11 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 use warden_proto::v1 as pb;
-use warden_sdk::{ActionRequest, Actor, Client, Decision, Error, Outcome};
+use warden_sdk::{ActionRequest, Actor, Client, Decision, Error};
 
 use crate::summary::{Tally, what};
 
@@ -66,36 +66,6 @@ fn status(error: Error) -> Status {
     }
 }
 
-fn outcome(outcome: Outcome) -> i32 {
-    match outcome {
-        Outcome::Allow => pb::Outcome::Allow as i32,
-        Outcome::Deny => pb::Outcome::Deny as i32,
-        Outcome::Pending => pb::Outcome::Pending as i32,
-    }
-}
-
-/// The SDK's decision as the proto says it.
-fn to_proto(d: Decision) -> pb::Decision {
-    let expires_at =
-        d.expires_at.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map(|since| prost_types::Timestamp {
-            seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-            nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
-        });
-    pb::Decision {
-        request_id: d.request_id,
-        outcome: outcome(d.outcome),
-        policy_ids: d.policy_ids,
-        reasons: d.reasons,
-        approval_id: d.approval_id,
-        expires_at,
-        grant_ids: d.grant_ids,
-        policy_version: d.policy_version,
-        audit_seq: d.audit_seq,
-        resolved_by: d.resolved_by,
-        note: d.note,
-    }
-}
-
 #[tonic::async_trait]
 impl pb::authority_server::Authority for Pin {
     async fn authorize(&self, request: Request<pb::AuthorizeRequest>) -> Result<Response<pb::Decision>, Status> {
@@ -112,7 +82,7 @@ impl pb::authority_server::Authority for Pin {
         let decision = self.client.authorize(&self.actor, request).await.map_err(status)?;
         self.handed_out(&decision);
         self.tally().decided(self.gate, asked, &decision);
-        Ok(Response::new(to_proto(decision)))
+        Ok(Response::new(decision.into()))
     }
 
     async fn await_decision(
@@ -129,7 +99,7 @@ impl pb::authority_server::Authority for Pin {
         let wait = Duration::from_millis(u64::from(message.timeout_ms));
         let decision = self.client.await_decision(&message.approval_id, wait).await.map_err(status)?;
         self.tally().awaited(&decision);
-        Ok(Response::new(to_proto(decision)))
+        Ok(Response::new(decision.into()))
     }
 
     async fn preview(&self, request: Request<pb::PreviewRequest>) -> Result<Response<pb::PreviewResponse>, Status> {
@@ -138,7 +108,7 @@ impl pb::authority_server::Authority for Pin {
         let kinds = kinds.ok_or_else(|| Status::invalid_argument("resources: every resource needs a kind"))?;
         let preview = self.client.preview(&self.actor, message.action, kinds).await.map_err(status)?;
         Ok(Response::new(pb::PreviewResponse {
-            outcomes: preview.outcomes.into_iter().map(outcome).collect(),
+            outcomes: preview.outcomes.into_iter().map(|o| pb::Outcome::from(o) as i32).collect(),
             policy_version: preview.policy_version,
         }))
     }

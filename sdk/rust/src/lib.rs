@@ -153,6 +153,42 @@ impl TryFrom<pb::Decision> for Decision {
     }
 }
 
+impl From<Outcome> for pb::Outcome {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Allow => pb::Outcome::Allow,
+            Outcome::Deny => pb::Outcome::Deny,
+            Outcome::Pending => pb::Outcome::Pending,
+        }
+    }
+}
+
+/// A decision as the proto says it (for a service that passes decisions
+/// on, as `warden-run`'s door does).
+impl From<Decision> for pb::Decision {
+    fn from(d: Decision) -> Self {
+        let expires_at = d.expires_at.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map(|since| {
+            prost_types::Timestamp {
+                seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
+            }
+        });
+        Self {
+            request_id: d.request_id,
+            outcome: pb::Outcome::from(d.outcome) as i32,
+            policy_ids: d.policy_ids,
+            reasons: d.reasons,
+            approval_id: d.approval_id,
+            expires_at,
+            grant_ids: d.grant_ids,
+            policy_version: d.policy_version,
+            audit_seq: d.audit_seq,
+            resolved_by: d.resolved_by,
+            note: d.note,
+        }
+    }
+}
+
 /// Who is acting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Actor {
@@ -660,4 +696,28 @@ pub fn read_token_file(path: impl AsRef<std::path::Path>) -> Result<String, Erro
     let mut token = String::new();
     file.read_to_string(&mut token).map_err(failed)?;
     Ok(token.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_goes_to_the_proto_and_back_unchanged() {
+        let decision = Decision {
+            request_id: "r-1".into(),
+            outcome: Outcome::Pending,
+            policy_ids: vec!["p".into()],
+            reasons: vec!["a person decides".into()],
+            approval_id: "apr-1".into(),
+            expires_at: Some(SystemTime::UNIX_EPOCH + Duration::new(1_796_000_000, 123_000_000)),
+            grant_ids: vec!["grt-1".into()],
+            policy_version: "sha256:1".into(),
+            audit_seq: 7,
+            resolved_by: "alice".into(),
+            note: "ok".into(),
+        };
+        let back = Decision::try_from(pb::Decision::from(decision.clone())).unwrap();
+        assert_eq!(back, decision);
+    }
 }

@@ -118,26 +118,17 @@ pub struct Decided {
 
 /// Every decision record of the monitor at `endpoint`, in order.
 pub async fn decisions(endpoint: &str) -> Vec<Decided> {
-    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned()).unwrap().connect().await.unwrap();
-    let token: tonic::metadata::MetadataValue<_> = format!("Bearer {ADMIN}").parse().unwrap();
-    let mut admin = pb::admin_client::AdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
-        r.metadata_mut().insert("authorization", token.clone());
-        Ok(r)
-    });
-    let request = pb::TailAuditRequest { all: true, ..Default::default() };
-    let mut stream = admin.tail_audit(request).await.unwrap().into_inner();
-    let mut decisions = Vec::new();
-    while let Some(record) = stream.message().await.unwrap() {
-        if record.kind == "decision" {
-            decisions.push(Decided {
-                session: record.actor.map(|a| a.session).unwrap_or_default(),
-                resource: record.resource,
-                outcome: pb::Outcome::try_from(record.outcome).unwrap(),
-                policy_ids: record.policy_ids,
-            });
-        }
-    }
-    decisions
+    let records = warden_tests::monitor::audit(endpoint, ADMIN).await.unwrap();
+    records
+        .into_iter()
+        .filter(|record| record.kind == "decision")
+        .map(|record| Decided {
+            session: record.actor.map(|a| a.session).unwrap_or_default(),
+            resource: record.resource,
+            outcome: pb::Outcome::try_from(record.outcome).unwrap(),
+            policy_ids: record.policy_ids,
+        })
+        .collect()
 }
 
 /// The decisions of one session.
