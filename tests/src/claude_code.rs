@@ -88,6 +88,12 @@ pub fn claude_or_skip() -> anyhow::Result<Option<PathBuf>> {
     )
 }
 
+/// Another coding agent's CLI installed by `scripts/test-deps` (`bin` of npm `package`, e.g. `codex` of
+/// `@openai/codex`) through [`found_or_skip`].
+pub fn npm_or_skip(bin: &str, package: &str) -> anyhow::Result<Option<PathBuf>> {
+    found_or_skip(&format!("{bin} (npm {package} under {})", target_dir().join("npm").display()), npm_bin(bin))
+}
+
 /// An MCP server entry that Claude Code starts and speaks to over stdio.
 pub fn stdio_mcp_server<S: AsRef<OsStr>>(command: impl AsRef<Path>, args: &[S], env: &[(&str, &str)]) -> Value {
     let args: Vec<String> = args.iter().map(|arg| arg.as_ref().to_string_lossy().into_owned()).collect();

@@ -213,7 +213,7 @@ fn install_claude_code(
     let cwd = std::env::current_dir().context("cannot tell the current folder")?;
     let target = install::Target::resolve(flags, |name| std::env::var(name).ok(), &cwd)?;
     let binary = std::env::current_exe().context("cannot tell where warden-hook is")?;
-    let command = install::hook_command(&binary, max_wait, &target)?;
+    let command = install::hook_command(&binary, "claude-code", max_wait, &target)?;
     let existing = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

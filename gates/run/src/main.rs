@@ -249,8 +249,8 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     let hook = flags.hook.clone().unwrap_or_else(|| here.with_file_name("warden-hook"));
     let gateway = flags.gateway.clone().unwrap_or_else(|| here.with_file_name("warden-mcp"));
     // A coding agent this knows gets its hook for the run.
-    let known = agents::setup(&flags.command, &hook, &outer);
-    if known.is_some() && !hook.is_file() {
+    let kind = agents::kind(&flags.command);
+    if kind.is_some() && !hook.is_file() {
         bail!(
             "`{}` runs with warden-hook as its hook, which is not at {}: give --hook PATH",
             command_name(&flags.command),
@@ -258,30 +258,11 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
         );
     }
     let program = flags.command.first().map(|c| Path::new(c).file_name().map(|n| n.to_string_lossy().into_owned()));
-    let agent = match (&flags.agent, &known) {
+    let agent = match (&flags.agent, kind) {
         (Some(agent), _) => agent.clone(),
-        (None, Some(known)) => known.agent.to_owned(),
+        (None, Some(kind)) => kind.to_owned(),
         (None, None) => program.flatten().unwrap_or_else(|| "agent".into()),
     };
-    let mut command = flags.command.clone();
-    if let Some(known) = &known {
-        command.splice(1..1, known.args.iter().cloned());
-    }
-    if known.as_ref().is_some_and(|k| k.agent == "claude-code") {
-        // Its MCP servers, each behind warden-mcp in the box, and no other.
-        let servers = agents::claude_mcp_servers(&workspace, home.as_deref());
-        if !servers.is_empty() && !gateway.is_file() {
-            bail!(
-                "Claude Code's MCP servers run behind warden-mcp, which is not at {}: give --gateway PATH",
-                gateway.display()
-            );
-        }
-        let (mcp, left_out) = agents::behind_gateway(&servers, &gateway);
-        for server in left_out {
-            eprintln!("warden-run: MCP server {server} is left out of the run");
-        }
-        command.splice(1..1, ["--mcp-config".to_owned(), mcp.to_string(), "--strict-mcp-config".to_owned()]);
-    }
     let session = flags.session.clone().unwrap_or_else(|| format!("run-{}", uuid::Uuid::new_v4()));
     if !valid_session(&session) {
         bail!("--session `{session}`: 1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot");
@@ -298,6 +279,44 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
     }
     let endpoint = std::env::var("WARDEN_ENDPOINT").unwrap_or_else(|_| warden_sdk::DEFAULT_ENDPOINT.to_owned());
     let run_dir = RunDir::create(&session).context("the run's folder")?;
+    // The agent's folder: in the box's /run, or the run's folder unconfined.
+    let agent_outside = run_dir.path().join("agent");
+    let agent_dir = if flags.no_sandbox { agent_outside.clone() } else { PathBuf::from(agents::AGENT_HOME) };
+    let known = match kind {
+        Some(kind) => Some(agents::setup(
+            kind,
+            &agents::Inputs { hook: &hook, outer: &outer, home: home.as_deref(), agent_dir: &agent_dir },
+        )?),
+        None => None,
+    };
+    let mut command = flags.command.clone();
+    let mut agent_files = Vec::new();
+    if let Some(known) = &known {
+        command.splice(1..1, known.args.iter().cloned());
+        for (relative, text) in &known.files {
+            let outside = agent_outside.join(relative);
+            if let Some(parent) = outside.parent() {
+                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            }
+            std::fs::write(&outside, text).with_context(|| format!("writing {}", outside.display()))?;
+            agent_files.push((outside, agent_dir.join(relative)));
+        }
+    }
+    if kind == Some("claude-code") {
+        // Its MCP servers, each behind warden-mcp in the box, and no other.
+        let servers = agents::claude_mcp_servers(&workspace, home.as_deref());
+        if !servers.is_empty() && !gateway.is_file() {
+            bail!(
+                "Claude Code's MCP servers run behind warden-mcp, which is not at {}: give --gateway PATH",
+                gateway.display()
+            );
+        }
+        let (mcp, left_out) = agents::behind_gateway(&servers, &gateway);
+        for server in left_out {
+            eprintln!("warden-run: MCP server {server} is left out of the run");
+        }
+        command.splice(1..1, ["--mcp-config".to_owned(), mcp.to_string(), "--strict-mcp-config".to_owned()]);
+    }
     let ca = Authority::load_or_create(&run_dir.proxy_data())?;
     let bundle = run_dir.write_ca_bundle(ca.cert_pem()).context("the CA bundle")?;
     let mut settings = Settings::new(Clients::fixed(
@@ -429,6 +448,7 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
                 .into_iter()
                 .flatten()
                 .collect(),
+                files: agent_files,
                 env: sandbox::box_env(&outer, &run),
                 inside: inside_argv,
             };

@@ -156,6 +156,9 @@ pub struct BoxSpec {
     /// Paths read-only whatever is around them (warden-run's own binaries,
     /// its config and secrets files, when they sit in the workspace).
     pub read_only: Vec<PathBuf>,
+    /// Files shown read-only in the box: (outside, inside). The agent's
+    /// settings with its hook, in its folder in the box's `/run`.
+    pub files: Vec<(PathBuf, PathBuf)>,
     /// The environment inside, in order.
     pub env: Vec<(String, String)>,
     /// The program that runs inside (`warden-run` itself, as the relay).
@@ -289,6 +292,9 @@ pub fn bwrap_args(spec: &BoxSpec, empty: &Path) -> Vec<OsString> {
     let bundle = spec.run_dir.join("ca-bundle.pem");
     push(&["--ro-bind".as_ref(), sock.as_os_str(), Path::new(INSIDE).join("sock").as_os_str()]);
     push(&["--ro-bind".as_ref(), bundle.as_os_str(), CA_BUNDLE.as_ref()]);
+    for (outside, inside) in &spec.files {
+        push(&["--ro-bind".as_ref(), outside.as_os_str(), inside.as_os_str()]);
+    }
     // The workspace read-write, with its secrets empty and the agent's
     // settings read-only.
     push(&["--bind".as_ref(), spec.workspace.as_os_str(), spec.workspace.as_os_str()]);
@@ -446,6 +452,10 @@ mod tests {
             secret_patterns: vec!["*.tfvars".into()],
             writable: vec![home.join(".cache"), root.path().join("not-there")],
             read_only: vec![workspace.join("bin/warden-run")],
+            files: vec![(
+                root.path().join("run/agent/codex/config.toml"),
+                "/run/warden-agent/codex/config.toml".into(),
+            )],
             env: vec![("A".into(), "1".into())],
             inside: vec!["/bin/true".into()],
         };
@@ -466,6 +476,12 @@ mod tests {
         assert!(after("--bind", &home.join(".cache")), "{args:?}");
         assert!(!args.iter().any(|a| a.contains("not-there")), "{args:?}");
         assert!(after("--ro-bind", &workspace.join("bin/warden-run")), "{args:?}");
+        assert!(
+            args.windows(3).any(|w| w[0] == "--ro-bind"
+                && w[1].ends_with("/run/agent/codex/config.toml")
+                && w[2] == "/run/warden-agent/codex/config.toml"),
+            "{args:?}"
+        );
         assert!(args.iter().any(|a| a.ends_with("/.docker-desktop.sock")), "a socket in the home folder: {args:?}");
         // The workspace is bound before its masks, which would otherwise be
         // mounted over by it.

@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warden_monitor::auth::{CredentialConfig, Role};
 use warden_proto::v1 as pb;
 
+mod agents;
 mod claude;
 mod confinement;
 mod network;

@@ -1,5 +1,7 @@
-//! `warden-hook install claude-code`: the hook entry merged into a Claude
-//! Code settings file, without touching what else is there.
+//! `warden-hook install AGENT`: the hook entry merged into the agent's
+//! settings, without touching what else is there. Claude Code's is here;
+//! each other agent's is a module of its own ([`codex`], [`gemini`]),
+//! which `warden-run` also uses for a run's own settings.
 //!
 //! The entry matches every tool (`"matcher": "*"`), runs `warden-hook
 //! claude-code` with the monitor it asks written in front of it
@@ -18,6 +20,9 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
+
+pub mod codex;
+pub mod gemini;
 
 /// Why the settings cannot be changed.
 #[derive(Debug, thiserror::Error)]
@@ -110,8 +115,9 @@ impl Target {
 }
 
 /// The hook entry's `command`: the target as environment assignments, then
-/// `binary claude-code --max-wait N`, each word quoted for `sh`.
-pub fn hook_command(binary: &Path, max_wait: u64, target: &Target) -> Result<String, InstallError> {
+/// `binary PROTOCOL --max-wait N` (`protocol`: `claude-code`, `codex` …),
+/// each word quoted for `sh`.
+pub fn hook_command(binary: &Path, protocol: &str, max_wait: u64, target: &Target) -> Result<String, InstallError> {
     let text = |what: &'static str, path: &Path| {
         path.to_str()
             .map(str::to_owned)
@@ -125,7 +131,7 @@ pub fn hook_command(binary: &Path, max_wait: u64, target: &Target) -> Result<Str
         words.push(format!("WARDEN_CA_CERT={}", shell_word(&text("the CA file", path)?)));
     }
     words.push(shell_word(&text("warden-hook's path", binary)?).into_owned());
-    words.push(format!("claude-code --max-wait {max_wait}"));
+    words.push(format!("{protocol} --max-wait {max_wait}"));
     Ok(words.join(" "))
 }
 
@@ -152,28 +158,12 @@ pub fn merge(
     path: &Path,
 ) -> Result<Value, InstallError> {
     let error = |message: String| InstallError::Settings { path: path.display().to_string(), message };
-    let mut settings: Map<String, Value> = match existing.map(str::trim).filter(|t| !t.is_empty()) {
-        None => Map::new(),
-        Some(text) => match serde_json::from_str(text) {
-            Ok(Value::Object(object)) => object,
-            Ok(_) => return Err(error("is not a JSON object".into())),
-            Err(e) => return Err(error(format!("is not valid JSON: {e}"))),
-        },
-    };
+    let mut settings = json_object(existing, path)?;
     let hooks = settings.entry("hooks").or_insert_with(|| json!({}));
     let Value::Object(hooks) = hooks else { return Err(error("`hooks` is not an object".into())) };
     let pre = hooks.entry("PreToolUse").or_insert_with(|| json!([]));
     let Value::Array(pre) = pre else { return Err(error("`hooks.PreToolUse` is not a list".into())) };
-    let ours = |entry: &Value| {
-        entry.get("hooks").and_then(Value::as_array).is_some_and(|list| {
-            list.iter().any(|h| {
-                h.get("command")
-                    .and_then(Value::as_str)
-                    .is_some_and(|c| c.contains("warden-hook") && c.split_whitespace().any(|w| w == "claude-code"))
-            })
-        })
-    };
-    pre.retain(|entry| !ours(entry));
+    pre.retain(|entry| !runs_warden_hook(entry, "claude-code"));
     pre.push(json!({
         "matcher": "*",
         "hooks": [{
@@ -187,6 +177,31 @@ pub fn merge(
         settings.insert("allowManagedHooksOnly".into(), Value::Bool(true));
     }
     Ok(Value::Object(settings))
+}
+
+/// Whether a hook group (`{"hooks": [{"command": …}]}`) runs `warden-hook
+/// PROTOCOL`: the one an install replaces.
+pub fn runs_warden_hook(group: &Value, protocol: &str) -> bool {
+    group.get("hooks").and_then(Value::as_array).is_some_and(|list| {
+        list.iter().any(|hook| {
+            hook.get("command")
+                .and_then(Value::as_str)
+                .is_some_and(|c| c.contains("warden-hook") && c.split_whitespace().any(|w| w == protocol))
+        })
+    })
+}
+
+/// A settings document's text as a JSON object (none or blank: empty).
+pub fn json_object(existing: Option<&str>, path: &Path) -> Result<Map<String, Value>, InstallError> {
+    let error = |message: String| InstallError::Settings { path: path.display().to_string(), message };
+    match existing.map(str::trim).filter(|t| !t.is_empty()) {
+        None => Ok(Map::new()),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(Value::Object(object)) => Ok(object),
+            Ok(_) => Err(error("is not a JSON object".into())),
+            Err(e) => Err(error(format!("is not valid JSON: {e}"))),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -289,13 +304,13 @@ mod tests {
             ca_cert: None,
         };
         assert_eq!(
-            hook_command(Path::new("/usr/local/bin/warden-hook"), 900, &target).unwrap(),
+            hook_command(Path::new("/usr/local/bin/warden-hook"), "claude-code", 900, &target).unwrap(),
             "WARDEN_ENDPOINT=http://127.0.0.1:50051 WARDEN_TOKEN_FILE='/home/alice/my tokens/alice'\\''s.token' \
              /usr/local/bin/warden-hook claude-code --max-wait 900"
         );
         let bare = Target { token_file: None, ..target };
         assert_eq!(
-            hook_command(Path::new("/opt/warden $x/warden-hook"), 60, &bare).unwrap(),
+            hook_command(Path::new("/opt/warden $x/warden-hook"), "claude-code", 60, &bare).unwrap(),
             "WARDEN_ENDPOINT=http://127.0.0.1:50051 '/opt/warden $x/warden-hook' claude-code --max-wait 60"
         );
         for (word, quoted) in
