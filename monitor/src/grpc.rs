@@ -915,6 +915,7 @@ pub(crate) fn decision_to_proto(decision: DecisionRecord) -> pb::Decision {
         audit_seq: decision.audit_seq,
         resolved_by: decision.resolved_by,
         note: decision.note,
+        labels: decision.labels,
     }
 }
 

@@ -110,6 +110,11 @@ pub(crate) struct DecisionRecord {
     pub(crate) resolved_by: String,
     /// The approver's note.
     pub(crate) note: String,
+    /// The session labels this answer gave (its policies' `@label`, on an
+    /// ALLOW); none on a replay, which gives none. Kept with an approval,
+    /// not in the idempotency window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) labels: Vec<String>,
 }
 
 /// Where an approval stands.

@@ -1,6 +1,6 @@
 //! What happened in a run, as the run's doors saw it: every decision by
-//! gate and outcome, the approvals asked and how they ended, what was
-//! refused and why. Pure: the doors record, the run prints at the end.
+//! gate and outcome, the approvals asked and how they ended, the labels
+//! the session gained and through what, what was refused and why. Pure: the doors record, the run prints at the end.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -43,6 +43,9 @@ pub struct Asked {
 pub struct Tally {
     decisions: Vec<Seen>,
     approvals: BTreeMap<String, Asked>,
+    /// Each label the session gained, with the gate and the request that
+    /// first gave it.
+    labels: BTreeMap<String, (&'static str, String)>,
 }
 
 /// A request's action and what it is on, for a person to read.
@@ -70,6 +73,7 @@ fn outcome_name(outcome: Outcome) -> &'static str {
 impl Tally {
     /// A decision `gate` was given for `what`.
     pub fn decided(&mut self, gate: &'static str, what: String, decision: &Decision) {
+        self.gained(&decision.labels, gate, &what);
         if decision.outcome == Outcome::Pending && !decision.approval_id.is_empty() {
             self.approvals.entry(decision.approval_id.clone()).or_insert_with(|| Asked {
                 gate,
@@ -97,6 +101,14 @@ impl Tally {
             asked.ended = Some(decision.outcome);
             asked.resolved_by.clone_from(&decision.resolved_by);
             asked.note.clone_from(&decision.note);
+            let (gate, what) = (asked.gate, asked.what.clone());
+            self.gained(&decision.labels, gate, &what);
+        }
+    }
+
+    fn gained(&mut self, labels: &[String], gate: &'static str, what: &str) {
+        for label in labels {
+            self.labels.entry(label.clone()).or_insert_with(|| (gate, what.to_owned()));
         }
     }
 
@@ -140,6 +152,9 @@ impl Tally {
         for (id, asked) in &self.approvals {
             let _ = writeln!(out, "  approval {id} ({}, {}): {}", asked.gate, asked.what, Self::ended(asked));
         }
+        for (label, (gate, what)) in &self.labels {
+            let _ = writeln!(out, "  label {label} gained ({gate}, {what})");
+        }
         for seen in self.decisions.iter().filter(|s| s.outcome == Outcome::Deny) {
             let by =
                 if seen.policy_ids.is_empty() { String::new() } else { format!(" by {}", seen.policy_ids.join(", ")) };
@@ -171,8 +186,13 @@ impl Tally {
             .filter(|s| s.outcome == Outcome::Deny)
             .map(|s| serde_json::json!({"gate": s.gate, "what": s.what, "policy_ids": s.policy_ids, "reasons": s.reasons}))
             .collect();
+        let labels: Vec<serde_json::Value> = self
+            .labels
+            .iter()
+            .map(|(label, (gate, what))| serde_json::json!({"label": label, "gate": gate, "what": what}))
+            .collect();
         serde_json::json!({"session": session, "exit_code": code, "decisions": self.decisions.len(),
-            "by_gate": counts, "approvals": approvals, "refused": refused})
+            "by_gate": counts, "approvals": approvals, "labels": labels, "refused": refused})
     }
 }
 
@@ -193,20 +213,30 @@ mod tests {
             audit_seq: 1,
             resolved_by: String::new(),
             note: String::new(),
+            labels: vec![],
         }
     }
 
     #[test]
     fn a_run_is_told_by_gate_with_its_approvals_and_refusals() {
         let mut tally = Tally::default();
-        tally.decided("proxy", "http.request GET https://x/".into(), &decision(Outcome::Allow, ""));
+        let read = Decision { labels: vec!["untrusted-input".into()], ..decision(Outcome::Allow, "") };
+        tally.decided("proxy", "http.request GET https://x/".into(), &read);
+        tally.decided("proxy", "http.request GET https://x/2".into(), &read);
         tally.decided("hook", "exec rm -r build".into(), &decision(Outcome::Pending, "apr-1"));
         tally.decided("proxy", "http.request POST https://x/up".into(), &decision(Outcome::Deny, ""));
         tally.decided("proxy", "http.request POST https://x/p".into(), &decision(Outcome::Pending, "apr-2"));
-        tally.awaited(&Decision { resolved_by: "alice".into(), ..decision(Outcome::Allow, "apr-1") });
+        let approved = Decision {
+            resolved_by: "alice".into(),
+            labels: vec!["private-data".into()],
+            ..decision(Outcome::Allow, "apr-1")
+        };
+        tally.awaited(&approved);
         let text = tally.text("run-1", 0);
-        assert!(text.starts_with("warden-run: session run-1 ended with exit code 0: 4 decisions"), "{text}");
-        assert!(text.contains("hook 0 ALLOW, 0 DENY, 1 PENDING; proxy 1 ALLOW, 1 DENY, 1 PENDING"), "{text}");
+        assert!(text.starts_with("warden-run: session run-1 ended with exit code 0: 5 decisions"), "{text}");
+        assert!(text.contains("hook 0 ALLOW, 0 DENY, 1 PENDING; proxy 2 ALLOW, 1 DENY, 1 PENDING"), "{text}");
+        assert!(text.contains("label untrusted-input gained (proxy, http.request GET https://x/)\n"), "{text}");
+        assert!(text.contains("label private-data gained (hook, exec rm -r build)\n"), "{text}");
         assert!(text.contains("approval apr-1 (hook, exec rm -r build): ALLOW by alice"), "{text}");
         assert!(
             text.contains("approval apr-2 (proxy, http.request POST https://x/p): no answer reached the run"),
@@ -217,5 +247,7 @@ mod tests {
         assert_eq!(json["by_gate"]["proxy"]["DENY"], 1);
         assert_eq!(json["approvals"][0]["outcome"], "ALLOW");
         assert_eq!(json["refused"][0]["policy_ids"][0], "p");
+        assert_eq!(json["labels"][0]["label"], "private-data");
+        assert_eq!(json["labels"][1]["gate"], "proxy");
     }
 }

@@ -191,8 +191,19 @@ impl Monitor {
                 grant.resource_scope
             ));
         }
-        let resolved =
-            finish(approval, state, outcome, policy_ids, reasons, &caller.name, &resolution.note, now, &snapshot);
+        let given = if outcome == Outcome::Allow { labels.clone() } else { vec![] };
+        let resolved = finish(
+            approval,
+            state,
+            outcome,
+            policy_ids,
+            reasons,
+            &caller.name,
+            &resolution.note,
+            given,
+            now,
+            &snapshot,
+        );
         let session = SessionChange::Touch { key: SessionKey::of(&actor, &harness), agent: actor.agent, add: labels };
         let committed = self.commit_resolution(resolved, kind, &caller.name, Some(session), window).await?;
         tracing::info!(approval_id = %committed.approval_id, state = committed.state.as_str(), by = %caller.name, "resolved");
@@ -207,8 +218,18 @@ impl Monitor {
         reasons.push(format!("no approver answered before {deadline}"));
         let snapshot = self.snapshot();
         let policy_ids = approval.policy_ids.clone();
-        let expired =
-            finish(approval, ApprovalState::Expired, Outcome::Deny, policy_ids, reasons, "", "", now, &snapshot);
+        let expired = finish(
+            approval,
+            ApprovalState::Expired,
+            Outcome::Deny,
+            policy_ids,
+            reasons,
+            "",
+            "",
+            vec![],
+            now,
+            &snapshot,
+        );
         self.commit_resolution(expired, "approval.expired", "monitor", None, None).await
     }
 
@@ -307,6 +328,7 @@ pub(super) fn finish(
     reasons: Vec<String>,
     resolved_by: &str,
     note: &str,
+    labels: Vec<String>,
     now: OffsetDateTime,
     snapshot: &PolicySnapshot,
 ) -> ApprovalRecord {
@@ -326,6 +348,7 @@ pub(super) fn finish(
         audit_seq: 0,
         resolved_by: resolved_by.to_owned(),
         note: note.to_owned(),
+        labels,
     };
     approval
 }

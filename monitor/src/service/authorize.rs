@@ -369,8 +369,9 @@ impl Decided<'_> {
             audit_seq: 0,
             resolved_by: String::new(),
             note: String::new(),
+            labels: if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] },
         };
-        let labels = if evaluation.outcome == Outcome::Allow { evaluation.labels.clone() } else { vec![] };
+        let labels = decision.labels.clone();
         let session = SessionChange::Touch {
             key: SessionKey::of(&request.actor, &self.caller.name),
             agent: request.actor.agent.clone(),

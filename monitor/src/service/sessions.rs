@@ -61,6 +61,7 @@ impl Monitor {
                 reasons,
                 &caller.name,
                 "",
+                vec![],
                 self.now(),
                 &snapshot,
             );

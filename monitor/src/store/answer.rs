@@ -55,5 +55,6 @@ fn spent(approval: &ApprovalRecord) -> DecisionRecord {
         audit_seq: 0,
         resolved_by: approval.resolved_by.clone(),
         note: String::new(),
+        labels: vec![],
     }
 }

@@ -573,6 +573,7 @@ impl Reader<'_, '_> {
             audit_seq: self.varint()?,
             resolved_by: self.str()?,
             note: self.str()?,
+            labels: vec![],
         };
         Ok((harness, Remembered { request_hash, decided_unix_ns, decision }))
     }

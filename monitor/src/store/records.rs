@@ -117,6 +117,7 @@ impl Record for Remembered {
             audit_seq: input.u64("decision.audit_seq")?,
             resolved_by: input.str("decision.resolved_by")?,
             note: input.str("decision.note")?,
+            labels: vec![],
         };
         Ok(Self { request_hash, decided_unix_ns, decision })
     }

@@ -106,6 +106,9 @@ pub struct Decision {
     pub resolved_by: String,
     /// The approver's note.
     pub note: String,
+    /// The session labels this answer gave (its ALLOW's policies'
+    /// `@label`); none on a replay.
+    pub labels: Vec<String>,
 }
 
 fn outcome_from_proto(value: i32) -> Result<Outcome, Error> {
@@ -149,6 +152,7 @@ impl TryFrom<pb::Decision> for Decision {
             audit_seq: d.audit_seq,
             resolved_by: d.resolved_by,
             note: d.note,
+            labels: d.labels,
         })
     }
 }
@@ -185,6 +189,7 @@ impl From<Decision> for pb::Decision {
             audit_seq: d.audit_seq,
             resolved_by: d.resolved_by,
             note: d.note,
+            labels: d.labels,
         }
     }
 }
@@ -716,6 +721,7 @@ mod tests {
             audit_seq: 7,
             resolved_by: "alice".into(),
             note: "ok".into(),
+            labels: vec!["private-data".into()],
         };
         let back = Decision::try_from(pb::Decision::from(decision.clone())).unwrap();
         assert_eq!(back, decision);

@@ -29,6 +29,17 @@ async fn the_lethal_trifecta_ends_pending_for_the_exfiltration_attempt() {
         harness.authorize(&agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
     assert_eq!(read_web.outcome, Outcome::Allow);
     assert_eq!(labels(&mut admin).await, ["untrusted-input"]);
+    // The answer says what it gave the session; the same request id asked
+    // again gives nothing more, and says so.
+    assert_eq!(read_web.labels, ["untrusted-input"]);
+    let again = harness
+        .authorize(
+            &agent,
+            ActionRequest::http("GET", "https://blog.example.com/howto").request_id(read_web.request_id.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!((again.outcome, again.labels.len()), (Outcome::Allow, 0));
     // With one label, posting an issue is still fine.
     let post = || ActionRequest::http("POST", "https://api.github.com/repos/acme/app/issues");
     assert_eq!(harness.authorize(&agent, post()).await.unwrap().outcome, Outcome::Allow);
@@ -40,8 +51,10 @@ async fn the_lethal_trifecta_ends_pending_for_the_exfiltration_attempt() {
     assert_eq!(labels(&mut admin).await, ["private-data", "untrusted-input"]);
 
     // 3. It tries to send data out: a person must look first.
+    assert_eq!(private.labels, ["private-data"]);
     let exfiltrate = harness.authorize(&agent, post()).await.unwrap();
     assert_eq!(exfiltrate.outcome, Outcome::Pending);
+    assert!(exfiltrate.labels.is_empty(), "{exfiltrate:?}");
     assert_eq!(exfiltrate.policy_ids, ["trifecta.no-exfiltration"]);
     assert!(exfiltrate.reasons[0].contains("could leak"), "{:?}", exfiltrate.reasons);
     let chat = harness.authorize(&agent, ActionRequest::call_tool("slack", "post_message", r#"{"text":"..."}"#)).await;

@@ -232,6 +232,8 @@ async fn claude_code_cannot_send_out_what_it_read_after_reading_the_web() {
     );
     assert!(stderr.contains("warden-run: session trifecta-claude ended"), "{stderr}");
     assert!(stderr.contains("/upload"), "the summary names the upload: {stderr}");
+    assert!(stderr.contains("label untrusted-input gained (hook, http.request GET"), "{stderr}");
+    assert!(stderr.contains("label private-data gained (hook, fs.read"), "{stderr}");
     monitor.server.stop().await.unwrap();
 }
 

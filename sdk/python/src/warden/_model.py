@@ -171,6 +171,9 @@ class Decision:
     # Who resolved the approval, and their note.
     resolved_by: str
     note: str
+    # The session labels this answer gave (the ALLOW's policies' @label);
+    # none on a replay of a request id.
+    labels: tuple[str, ...] = ()
 
     @property
     def allowed(self) -> bool:
@@ -196,4 +199,5 @@ class Decision:
             audit_seq=d.audit_seq,
             resolved_by=d.resolved_by,
             note=d.note,
+            labels=tuple(d.labels),
         )

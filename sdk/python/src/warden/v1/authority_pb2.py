@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19warden/v1/authority.proto\x12\twarden.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n\x05\x41\x63tor\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\":\n\x0c\x46ileResource\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x0f\n\x07pattern\x18\x03 \x01(\x08\",\n\x0f\x43ommandResource\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\"+\n\x0cHttpResource\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\"\x1e\n\x0eSecretResource\x12\x0c\n\x04name\x18\x01 \x01(\t\"D\n\x0cToolResource\x12\x0e\n\x06server\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xe7\x02\n\x10\x41uthorizeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1f\n\x05\x61\x63tor\x18\x02 \x01(\x0b\x32\x10.warden.v1.Actor\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\'\n\x04\x66ile\x18\x04 \x01(\x0b\x32\x17.warden.v1.FileResourceH\x00\x12-\n\x07\x63ommand\x18\x05 \x01(\x0b\x32\x1a.warden.v1.CommandResourceH\x00\x12\'\n\x04http\x18\x06 \x01(\x0b\x32\x17.warden.v1.HttpResourceH\x00\x12+\n\x06secret\x18\x07 \x01(\x0b\x32\x19.warden.v1.SecretResourceH\x00\x12\'\n\x04tool\x18\x08 \x01(\x0b\x32\x17.warden.v1.ToolResourceH\x00\x12\x15\n\rjustification\x18\t \x01(\t\x12\x14\n\x0c\x63ontext_json\x18\n \x01(\tB\n\n\x08resource\"\x8e\x02\n\x08\x44\x65\x63ision\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07outcome\x18\x02 \x01(\x0e\x32\x12.warden.v1.Outcome\x12\x12\n\npolicy_ids\x18\x03 \x03(\t\x12\x0f\n\x07reasons\x18\x04 \x03(\t\x12\x13\n\x0b\x61pproval_id\x18\x05 \x01(\t\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tgrant_ids\x18\x07 \x03(\t\x12\x16\n\x0epolicy_version\x18\x08 \x01(\t\x12\x11\n\taudit_seq\x18\t \x01(\x04\x12\x13\n\x0bresolved_by\x18\n \x01(\t\x12\x0c\n\x04note\x18\x0b \x01(\t\"\xe9\x01\n\x08Resource\x12\'\n\x04\x66ile\x18\x01 \x01(\x0b\x32\x17.warden.v1.FileResourceH\x00\x12-\n\x07\x63ommand\x18\x02 \x01(\x0b\x32\x1a.warden.v1.CommandResourceH\x00\x12\'\n\x04http\x18\x03 \x01(\x0b\x32\x17.warden.v1.HttpResourceH\x00\x12+\n\x06secret\x18\x04 \x01(\x0b\x32\x19.warden.v1.SecretResourceH\x00\x12\'\n\x04tool\x18\x05 \x01(\x0b\x32\x17.warden.v1.ToolResourceH\x00\x42\x06\n\x04kind\"i\n\x0ePreviewRequest\x12\x1f\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x10.warden.v1.Actor\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12&\n\tresources\x18\x03 \x03(\x0b\x32\x13.warden.v1.Resource\"O\n\x0fPreviewResponse\x12$\n\x08outcomes\x18\x01 \x03(\x0e\x32\x12.warden.v1.Outcome\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\"?\n\x14\x41waitDecisionRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r*D\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04\x44\x45NY\x10\x02\x12\x0b\n\x07PENDING\x10\x03\x32\xd3\x01\n\tAuthority\x12=\n\tAuthorize\x12\x1b.warden.v1.AuthorizeRequest\x1a\x13.warden.v1.Decision\x12\x45\n\rAwaitDecision\x12\x1f.warden.v1.AwaitDecisionRequest\x1a\x13.warden.v1.Decision\x12@\n\x07Preview\x12\x19.warden.v1.PreviewRequest\x1a\x1a.warden.v1.PreviewResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19warden/v1/authority.proto\x12\twarden.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n\x05\x41\x63tor\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\":\n\x0c\x46ileResource\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x0f\n\x07pattern\x18\x03 \x01(\x08\",\n\x0f\x43ommandResource\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\"+\n\x0cHttpResource\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\"\x1e\n\x0eSecretResource\x12\x0c\n\x04name\x18\x01 \x01(\t\"D\n\x0cToolResource\x12\x0e\n\x06server\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xe7\x02\n\x10\x41uthorizeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1f\n\x05\x61\x63tor\x18\x02 \x01(\x0b\x32\x10.warden.v1.Actor\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\'\n\x04\x66ile\x18\x04 \x01(\x0b\x32\x17.warden.v1.FileResourceH\x00\x12-\n\x07\x63ommand\x18\x05 \x01(\x0b\x32\x1a.warden.v1.CommandResourceH\x00\x12\'\n\x04http\x18\x06 \x01(\x0b\x32\x17.warden.v1.HttpResourceH\x00\x12+\n\x06secret\x18\x07 \x01(\x0b\x32\x19.warden.v1.SecretResourceH\x00\x12\'\n\x04tool\x18\x08 \x01(\x0b\x32\x17.warden.v1.ToolResourceH\x00\x12\x15\n\rjustification\x18\t \x01(\t\x12\x14\n\x0c\x63ontext_json\x18\n \x01(\tB\n\n\x08resource\"\x9e\x02\n\x08\x44\x65\x63ision\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07outcome\x18\x02 \x01(\x0e\x32\x12.warden.v1.Outcome\x12\x12\n\npolicy_ids\x18\x03 \x03(\t\x12\x0f\n\x07reasons\x18\x04 \x03(\t\x12\x13\n\x0b\x61pproval_id\x18\x05 \x01(\t\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tgrant_ids\x18\x07 \x03(\t\x12\x16\n\x0epolicy_version\x18\x08 \x01(\t\x12\x11\n\taudit_seq\x18\t \x01(\x04\x12\x13\n\x0bresolved_by\x18\n \x01(\t\x12\x0c\n\x04note\x18\x0b \x01(\t\x12\x0e\n\x06labels\x18\x0c \x03(\t\"\xe9\x01\n\x08Resource\x12\'\n\x04\x66ile\x18\x01 \x01(\x0b\x32\x17.warden.v1.FileResourceH\x00\x12-\n\x07\x63ommand\x18\x02 \x01(\x0b\x32\x1a.warden.v1.CommandResourceH\x00\x12\'\n\x04http\x18\x03 \x01(\x0b\x32\x17.warden.v1.HttpResourceH\x00\x12+\n\x06secret\x18\x04 \x01(\x0b\x32\x19.warden.v1.SecretResourceH\x00\x12\'\n\x04tool\x18\x05 \x01(\x0b\x32\x17.warden.v1.ToolResourceH\x00\x42\x06\n\x04kind\"i\n\x0ePreviewRequest\x12\x1f\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x10.warden.v1.Actor\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12&\n\tresources\x18\x03 \x03(\x0b\x32\x13.warden.v1.Resource\"O\n\x0fPreviewResponse\x12$\n\x08outcomes\x18\x01 \x03(\x0e\x32\x12.warden.v1.Outcome\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\"?\n\x14\x41waitDecisionRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r*D\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04\x44\x45NY\x10\x02\x12\x0b\n\x07PENDING\x10\x03\x32\xd3\x01\n\tAuthority\x12=\n\tAuthorize\x12\x1b.warden.v1.AuthorizeRequest\x1a\x13.warden.v1.Decision\x12\x45\n\rAwaitDecision\x12\x1f.warden.v1.AwaitDecisionRequest\x1a\x13.warden.v1.Decision\x12@\n\x07Preview\x12\x19.warden.v1.PreviewRequest\x1a\x1a.warden.v1.PreviewResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'warden.v1.authority_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTCOME']._serialized_start=1505
-  _globals['_OUTCOME']._serialized_end=1573
+  _globals['_OUTCOME']._serialized_start=1521
+  _globals['_OUTCOME']._serialized_end=1589
   _globals['_ACTOR']._serialized_start=73
   _globals['_ACTOR']._serialized_end=126
   _globals['_FILERESOURCE']._serialized_start=128
@@ -49,15 +49,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AUTHORIZEREQUEST']._serialized_start=382
   _globals['_AUTHORIZEREQUEST']._serialized_end=741
   _globals['_DECISION']._serialized_start=744
-  _globals['_DECISION']._serialized_end=1014
-  _globals['_RESOURCE']._serialized_start=1017
-  _globals['_RESOURCE']._serialized_end=1250
-  _globals['_PREVIEWREQUEST']._serialized_start=1252
-  _globals['_PREVIEWREQUEST']._serialized_end=1357
-  _globals['_PREVIEWRESPONSE']._serialized_start=1359
-  _globals['_PREVIEWRESPONSE']._serialized_end=1438
-  _globals['_AWAITDECISIONREQUEST']._serialized_start=1440
-  _globals['_AWAITDECISIONREQUEST']._serialized_end=1503
-  _globals['_AUTHORITY']._serialized_start=1576
-  _globals['_AUTHORITY']._serialized_end=1787
+  _globals['_DECISION']._serialized_end=1030
+  _globals['_RESOURCE']._serialized_start=1033
+  _globals['_RESOURCE']._serialized_end=1266
+  _globals['_PREVIEWREQUEST']._serialized_start=1268
+  _globals['_PREVIEWREQUEST']._serialized_end=1373
+  _globals['_PREVIEWRESPONSE']._serialized_start=1375
+  _globals['_PREVIEWRESPONSE']._serialized_end=1454
+  _globals['_AWAITDECISIONREQUEST']._serialized_start=1456
+  _globals['_AWAITDECISIONREQUEST']._serialized_end=1519
+  _globals['_AUTHORITY']._serialized_start=1592
+  _globals['_AUTHORITY']._serialized_end=1803
 # @@protoc_insertion_point(module_scope)

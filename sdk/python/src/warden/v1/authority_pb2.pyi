@@ -98,7 +98,7 @@ class AuthorizeRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., action: _Optional[str] = ..., file: _Optional[_Union[FileResource, _Mapping]] = ..., command: _Optional[_Union[CommandResource, _Mapping]] = ..., http: _Optional[_Union[HttpResource, _Mapping]] = ..., secret: _Optional[_Union[SecretResource, _Mapping]] = ..., tool: _Optional[_Union[ToolResource, _Mapping]] = ..., justification: _Optional[str] = ..., context_json: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("request_id", "outcome", "policy_ids", "reasons", "approval_id", "expires_at", "grant_ids", "policy_version", "audit_seq", "resolved_by", "note")
+    __slots__ = ("request_id", "outcome", "policy_ids", "reasons", "approval_id", "expires_at", "grant_ids", "policy_version", "audit_seq", "resolved_by", "note", "labels")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     POLICY_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class Decision(_message.Message):
     AUDIT_SEQ_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     outcome: Outcome
     policy_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -121,7 +122,8 @@ class Decision(_message.Message):
     audit_seq: int
     resolved_by: str
     note: str
-    def __init__(self, request_id: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., reasons: _Optional[_Iterable[str]] = ..., approval_id: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., grant_ids: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., audit_seq: _Optional[int] = ..., resolved_by: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., reasons: _Optional[_Iterable[str]] = ..., approval_id: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., grant_ids: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., audit_seq: _Optional[int] = ..., resolved_by: _Optional[str] = ..., note: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Resource(_message.Message):
     __slots__ = ("file", "command", "http", "secret", "tool")
