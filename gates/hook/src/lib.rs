@@ -18,6 +18,7 @@
 pub mod decide;
 pub mod install;
 pub mod links;
+pub mod patch;
 pub mod plan;
 pub mod touch;
 pub mod urls;
@@ -211,6 +212,20 @@ pub fn parse(protocol: Protocol, text: &str) -> Result<ToolCall, HookError> {
             }
             if matches!(event.tool_name.as_str(), "shell" | "local_shell" | "exec_command") {
                 event.tool_name = "Bash".into();
+            }
+            // An edit: `apply_patch` run through the shell tool, which Codex
+            // carries out itself.
+            if event.tool_name == "Bash"
+                && let Some(changes) = event.input("command").and_then(patch::changes)
+            {
+                let changes = changes.map_err(HookError::Refused)?;
+                return Ok(ToolCall {
+                    touches: patch::touches(changes),
+                    session: event.session_id,
+                    tool: "apply_patch".into(),
+                    cwd: event.cwd,
+                    justification: "Codex's apply_patch".into(),
+                });
             }
             let justification = format!("Codex's {} tool", event.tool_name);
             event.call(justification)

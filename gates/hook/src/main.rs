@@ -42,18 +42,24 @@ enum Command {
     /// Answer one Cursor beforeShellExecution, beforeMCPExecution or
     /// beforeReadFile event.
     Cursor(Wait),
-    /// Add the hook to a Claude Code settings file (merged, never clobbered).
+    /// Add the hook to an agent's settings (merged, never clobbered).
+    ///
+    /// claude-code: `.claude/settings.json` (project), `~/.claude/settings.json`
+    /// (user) or `/etc/claude-code/managed-settings.json` (managed, with
+    /// `allowManagedHooksOnly`, which an agent cannot undo). codex:
+    /// `.codex/config.toml` (project; Codex reads it only in a trusted
+    /// project) or `$CODEX_HOME/config.toml` (user, default `~/.codex`),
+    /// with the hook's trust entry. gemini: `.gemini/settings.json`
+    /// (project; Gemini CLI runs its hooks only in a trusted folder) or
+    /// `~/.gemini/settings.json` (user; `$GEMINI_CLI_HOME/.gemini`).
     Install {
         /// The agent.
         #[arg(value_enum)]
         agent: Agent,
-        /// Which settings: this project's `.claude/settings.json`, the
-        /// user's `~/.claude/settings.json`, or the managed
-        /// `/etc/claude-code/managed-settings.json` (with
-        /// `allowManagedHooksOnly`, which an agent cannot undo).
+        /// Which settings (see above).
         #[arg(long, value_enum, default_value_t = Scope::Project)]
         scope: Scope,
-        /// The same as `--scope managed`.
+        /// The same as `--scope managed` (Claude Code only).
         #[arg(long)]
         managed: bool,
         /// The project folder (for `--scope project`).
@@ -80,6 +86,19 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         ca_cert: Option<PathBuf>,
     },
+    /// Say whether an installed hook would run (Codex skips an untrusted
+    /// hook without a word); exit 0 when it would.
+    Doctor {
+        /// The agent.
+        #[arg(value_enum)]
+        agent: DoctorAgent,
+        /// Which settings, as for install.
+        #[arg(long, value_enum, default_value_t = Scope::User)]
+        scope: Scope,
+        /// The project folder (for `--scope project`).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -90,9 +109,16 @@ struct Wait {
     max_wait: u64,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Agent {
     ClaudeCode,
+    Codex,
+    Gemini,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DoctorAgent {
+    Codex,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -109,20 +135,20 @@ fn main() -> ExitCode {
         Command::Codex(wait) => (Protocol::Codex, wait),
         Command::Gemini(wait) => (Protocol::Gemini, wait),
         Command::Cursor(wait) => (Protocol::Cursor, wait),
-        Command::Install {
-            agent: Agent::ClaudeCode,
-            scope,
-            managed,
-            dir,
-            print,
-            max_wait,
-            endpoint,
-            token_file,
-            ca_cert,
-        } => {
+        Command::Doctor { agent: DoctorAgent::Codex, scope, dir } => {
+            return match doctor_codex(scope, &dir) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("warden-hook: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Install { agent, scope, managed, dir, print, max_wait, endpoint, token_file, ca_cert } => {
             let scope = if managed { Scope::Managed } else { scope };
             let flags = install::TargetFlags { endpoint, token_file, ca_cert };
-            return match install_claude_code(scope, &dir, print, max_wait, flags) {
+            return match install(agent, scope, &dir, print, max_wait, flags) {
                 Ok(()) => ExitCode::SUCCESS,
                 // `--print | head`: the reader went away. 141 (128 + SIGPIPE)
                 // as a shell reports it, like wardenctl: quiet, and not a
@@ -198,29 +224,77 @@ fn user() -> Option<String> {
     })
 }
 
-fn install_claude_code(
+/// `$NAME` as a path, when set and not empty.
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+fn home() -> anyhow::Result<PathBuf> {
+    env_path("HOME").context("HOME is not set")
+}
+
+/// The settings file `agent`'s hook goes into for `scope`, absolute.
+fn settings_path(agent: Agent, scope: Scope, dir: &Path) -> anyhow::Result<PathBuf> {
+    let project = || -> anyhow::Result<PathBuf> {
+        let dir = if dir.is_absolute() { dir.to_owned() } else { std::env::current_dir()?.join(dir) };
+        Ok(dir)
+    };
+    Ok(match (agent, scope) {
+        (Agent::ClaudeCode, Scope::Project) => project()?.join(".claude/settings.json"),
+        (Agent::ClaudeCode, Scope::User) => home()?.join(".claude/settings.json"),
+        (Agent::ClaudeCode, Scope::Managed) => PathBuf::from("/etc/claude-code/managed-settings.json"),
+        (Agent::Codex, Scope::Project) => project()?.join(".codex/config.toml"),
+        (Agent::Codex, Scope::User) => {
+            env_path("CODEX_HOME").map_or_else(|| home().map(|h| h.join(".codex")), Ok)?.join("config.toml")
+        }
+        (Agent::Gemini, Scope::Project) => project()?.join(".gemini/settings.json"),
+        (Agent::Gemini, Scope::User) => {
+            env_path("GEMINI_CLI_HOME").map_or_else(home, Ok)?.join(".gemini/settings.json")
+        }
+        (_, Scope::Managed) => anyhow::bail!("--scope managed is for Claude Code only; use --scope user or project"),
+    })
+}
+
+fn install(
+    agent: Agent,
     scope: Scope,
     dir: &Path,
     print: bool,
     max_wait: u64,
     flags: install::TargetFlags,
 ) -> anyhow::Result<()> {
-    let path = match scope {
-        Scope::Project => dir.join(".claude/settings.json"),
-        Scope::User => PathBuf::from(std::env::var("HOME").context("HOME is not set")?).join(".claude/settings.json"),
-        Scope::Managed => PathBuf::from("/etc/claude-code/managed-settings.json"),
-    };
+    let path = settings_path(agent, scope, dir)?;
     let cwd = std::env::current_dir().context("cannot tell the current folder")?;
     let target = install::Target::resolve(flags, |name| std::env::var(name).ok(), &cwd)?;
     let binary = std::env::current_exe().context("cannot tell where warden-hook is")?;
-    let command = install::hook_command(&binary, "claude-code", max_wait, &target)?;
+    let protocol = match agent {
+        Agent::ClaudeCode => "claude-code",
+        Agent::Codex => "codex",
+        Agent::Gemini => "gemini",
+    };
+    let command = install::hook_command(&binary, protocol, max_wait, &target)?;
     let existing = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let merged = install::merge(existing.as_deref(), &command, max_wait + 30, scope == Scope::Managed, &path)?;
-    let text = serde_json::to_string_pretty(&merged)? + "\n";
+    // The agent's timeout: the hook's longest wait, and 30 s more.
+    let timeout = max_wait + 30;
+    let text = match agent {
+        Agent::ClaudeCode => {
+            let merged = install::merge(existing.as_deref(), &command, timeout, scope == Scope::Managed, &path)?;
+            serde_json::to_string_pretty(&merged)? + "\n"
+        }
+        Agent::Codex => {
+            // Trusted for the path Codex will read it at.
+            let merged = install::codex::merge(existing.as_deref(), &command, timeout, &path)?;
+            toml::to_string(&merged)?
+        }
+        Agent::Gemini => {
+            let merged = install::gemini::merge(existing.as_deref(), &command, timeout * 1000, &path)?;
+            serde_json::to_string_pretty(&merged)? + "\n"
+        }
+    };
     warn_about_the_token(target.token_file.as_deref());
     if print {
         let mut out = std::io::stdout().lock();
@@ -231,16 +305,44 @@ fn install_claude_code(
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
     // Written whole or not at all.
-    let temporary = path.with_extension("json.warden-tmp");
+    let temporary = path.with_extension("warden-tmp");
     std::fs::write(&temporary, &text).with_context(|| format!("writing {}", temporary.display()))?;
     std::fs::rename(&temporary, &path).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("warden-hook: the PreToolUse hook is in {}", path.display());
+    eprintln!("warden-hook: the hook is in {}", path.display());
     let token = match &target.token_file {
         Some(file) => format!("the token in {}", file.display()),
-        None => "the token from Claude Code's environment".to_owned(),
+        None => "the token from the agent's environment".to_owned(),
     };
     eprintln!("warden-hook: it asks the monitor at {} with {token}", target.endpoint);
+    match (agent, scope) {
+        (Agent::Codex, Scope::Project) => eprintln!(
+            "warden-hook: Codex reads a project's .codex/config.toml only when the project is trusted \
+             (`warden-hook doctor codex --scope project` checks)"
+        ),
+        (Agent::Gemini, Scope::Project) => eprintln!(
+            "warden-hook: Gemini CLI runs a project's hooks only in a trusted folder; --scope user runs them everywhere"
+        ),
+        _ => {}
+    }
     Ok(())
+}
+
+/// `warden-hook doctor codex`: whether the installed hook would run.
+fn doctor_codex(scope: Scope, dir: &Path) -> anyhow::Result<bool> {
+    let path = settings_path(Agent::Codex, scope, dir)?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("no: {} does not exist; run `warden-hook install codex`", path.display());
+            return Ok(false);
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let report = install::codex::check(&text, &path);
+    for line in &report.lines {
+        println!("{line}");
+    }
+    Ok(report.runs)
 }
 
 /// Whether `error` is a write to a pipe whose reader closed it.

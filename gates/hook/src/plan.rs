@@ -70,6 +70,7 @@ fn file(access: Access, path: &str) -> ActionRequest {
     match access {
         Access::Read => ActionRequest::read_file(path),
         Access::Write => ActionRequest::write_file(path),
+        Access::Delete => ActionRequest::delete_file(path),
     }
 }
 

@@ -17,6 +17,8 @@ pub enum Access {
     Read,
     /// `fs.write`.
     Write,
+    /// `fs.delete`.
+    Delete,
 }
 
 /// One thing a tool call touches.

@@ -9,11 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use warden_monitor::auth::{CredentialConfig, Role};
-use warden_monitor::server::{RunningServer, ServerConfig, start};
 use warden_proto::v1 as pb;
 use warden_tests::claude_code::{ClaudeRun, claude_or_skip};
 use warden_tests::model_server::{ScriptedModel, Step, ToolResult};
+use warden_tests::monitor::Bundled;
 
 const HARNESS: &str = "wdn_hook_test_harness";
 const APPROVER: &str = "wdn_hook_test_approver";
@@ -22,46 +21,20 @@ const ADMIN: &str = "wdn_hook_test_admin";
 /// A workspace, the bundled policies with alice's workspace in it, and a
 /// monitor on loopback.
 struct Setup {
-    root: tempfile::TempDir,
-    monitor: Option<RunningServer>,
+    bundled: Bundled,
+    root: std::path::PathBuf,
     endpoint: String,
 }
 
 impl Setup {
     async fn start() -> Self {
-        let root = tempfile::tempdir().unwrap();
-        let workspace = root.path().join("project");
-        std::fs::create_dir_all(&workspace).unwrap();
-        let policies = root.path().join("policies");
-        copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies"), &policies);
-        // alice's workspace is the temporary one.
-        let entities_path = policies.join("entities.json");
-        let mut entities: Value = serde_json::from_str(&std::fs::read_to_string(&entities_path).unwrap()).unwrap();
-        for entity in entities.as_array_mut().unwrap() {
-            if entity["uid"]["id"] == "alice" {
-                entity["attrs"]["workspace"]["__entity"]["id"] = json!(workspace.to_str().unwrap());
-            }
-        }
-        std::fs::write(&entities_path, entities.to_string()).unwrap();
-        let data = root.path().join("data");
-        let mut approver = CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[]);
-        approver.groups = vec!["*".into()];
-        let config = ServerConfig::new(
-            policies,
-            data,
-            vec![
-                CredentialConfig::for_token("claude-hook", Role::Harness, HARNESS, &["alice"]),
-                approver,
-                CredentialConfig::for_token("admin", Role::Admin, ADMIN, &[]),
-            ],
-        );
-        let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
-        let endpoint = format!("http://{}", monitor.addr());
-        Self { root, monitor: Some(monitor), endpoint }
+        let bundled = Bundled::start(HARNESS, APPROVER, ADMIN).await.unwrap();
+        let (root, endpoint) = (bundled.root.path().to_owned(), bundled.endpoint.clone());
+        Self { bundled, root, endpoint }
     }
 
     fn workspace(&self) -> PathBuf {
-        self.root.path().join("project")
+        self.bundled.workspace()
     }
 
     /// Claude Code in the workspace, with the hook (as `install` writes it)
@@ -97,7 +70,7 @@ impl Setup {
     /// this monitor, with the harness token in a file under a folder whose
     /// name has a space (the shell that runs the hook must keep it whole).
     fn installed_settings(&self) -> Value {
-        let tokens = self.root.path().join("my tokens");
+        let tokens = self.root.join("my tokens");
         std::fs::create_dir_all(&tokens).unwrap();
         std::fs::write(tokens.join("harness.token"), format!("{HARNESS}\n")).unwrap();
         // A token file others can read is refused, as ssh refuses such a key.
@@ -114,50 +87,12 @@ impl Setup {
         serde_json::from_slice(&output.stdout).unwrap()
     }
 
-    /// Every decision record of the monitor's audit log: session, resource
-    /// and outcome.
     async fn decisions(&self) -> Vec<(String, String, i32)> {
-        let records = warden_tests::monitor::audit(&self.endpoint, ADMIN).await.unwrap();
-        records
-            .into_iter()
-            .filter(|record| record.kind == "decision")
-            .map(|record| (record.actor.map(|a| a.session).unwrap_or_default(), record.resource, record.outcome))
-            .collect()
+        self.bundled.decisions().await.unwrap()
     }
 
-    /// Waits for one approval, then approves it.
     async fn approve_when_pending(&self) -> pb::Approval {
-        let channel = tonic::transport::Channel::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap();
-        let token: tonic::metadata::MetadataValue<_> = format!("Bearer {APPROVER}").parse().unwrap();
-        let mut approvals =
-            pb::approvals_client::ApprovalsClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
-                r.metadata_mut().insert("authorization", token.clone());
-                Ok(r)
-            });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        let approval = loop {
-            let list = approvals.list_pending(pb::ListPendingRequest::default()).await.unwrap().into_inner();
-            if let Some(approval) = list.approvals.into_iter().next() {
-                break approval;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "nothing went pending");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let resolve = pb::ResolveRequest { approval_id: approval.approval_id, approve: true, ..Default::default() };
-        approvals.resolve(resolve).await.unwrap().into_inner()
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
+        self.bundled.approve_when_pending().await.unwrap()
     }
 }
 
@@ -242,7 +177,7 @@ async fn with_warden_stopped_or_the_hook_broken_nothing_runs() {
     let Some(claude) = claude_or_skip().unwrap() else { return };
     let mut setup = Setup::start().await;
     let workspace = setup.workspace();
-    setup.monitor.take().unwrap().stop().await.unwrap();
+    setup.bundled.stop().await.unwrap();
 
     // Warden stopped: the hook's own deny, naming the cause.
     let model = ScriptedModel::start(vec![
@@ -357,7 +292,7 @@ async fn claude_code_reads_through_a_link_where_the_link_leads() {
     let setup = Setup::start().await;
     let workspace = setup.workspace();
     std::fs::write(workspace.join("notes.txt"), "hello from the notes\n").unwrap();
-    let key = setup.root.path().join("home/.ssh/id_rsa");
+    let key = setup.root.join("home/.ssh/id_rsa");
     std::fs::create_dir_all(key.parent().unwrap()).unwrap();
     std::fs::write(&key, "PRIVATE KEY\n").unwrap();
     std::os::unix::fs::symlink(&key, workspace.join("key.txt")).unwrap();

@@ -1274,6 +1274,7 @@ mod tests {
                 audit_seq: 1,
                 resolved_by: String::new(),
                 note: String::new(),
+                labels: vec![],
             },
         };
         let ops = vec![

@@ -24,6 +24,7 @@ fn decision_records_round_trip_through_the_binary_form() {
         audit_seq: 7,
         resolved_by: "carol".into(),
         note: "ü".into(),
+        labels: vec![],
     };
     let remembered = Remembered { request_hash: "h".into(), decided_unix_ns: 42, decision };
     assert_eq!(codec::decode::<Remembered>(&codec::encode(&remembered)).unwrap(), remembered);
@@ -103,6 +104,7 @@ fn entry(n: u32) -> Commit {
             audit_seq: 0,
             resolved_by: String::new(),
             note: String::new(),
+            labels: vec![],
         }),
         approval: None,
         grant: None,

@@ -1,6 +1,7 @@
 //! OpenAI's wire formats: the Responses API (`POST /v1/responses`, streamed), as Codex CLI speaks it, and Chat
 //! Completions (`POST /v1/chat/completions`, streamed or not), as Cline and OpenCode speak it through an
-//! OpenAI-compatible provider. A tool call is a `function_call` item or a `tool_calls` entry whose `arguments`
+//! OpenAI-compatible provider. A tool call is a `function_call` item (a `custom_tool_call` whose `input` is the
+//! step's `input` text, for a tool offered as `custom`) or a `tool_calls` entry whose `arguments`
 //! are the step's input as JSON text.
 
 use super::*;
@@ -37,6 +38,17 @@ pub(super) fn responses(
 ) -> Response<Full<Bytes>> {
     let main_loop = offers_tools(&body);
     let model = model(&body);
+    // Tools offered as `custom` (Codex's apply_patch: free text, not JSON)
+    // are called with a `custom_tool_call` whose `input` is the step's
+    // `input` text.
+    let custom: Vec<String> = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|tool| tool.get("type").and_then(Value::as_str) == Some("custom"))
+        .filter_map(|tool| tool.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect();
     let (reply, id) = {
         let mut state = lock(state);
         let reply = state.take(method, path, body, main_loop, "call_scripted");
@@ -50,6 +62,13 @@ pub(super) fn responses(
         Reply::Calls(calls) => calls
             .into_iter()
             .map(|(call_id, call)| {
+                if custom.contains(&call.name) {
+                    let input = call.input.get("input").and_then(Value::as_str).unwrap_or_default();
+                    return json!({
+                        "type": "custom_tool_call", "id": format!("ctc_{call_id}"), "call_id": call_id,
+                        "name": call.name, "input": input, "status": "completed",
+                    });
+                }
                 json!({
                     "type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id, "name": call.name,
                     "arguments": call.input.to_string(), "status": "completed",
@@ -107,8 +126,13 @@ pub(super) fn responses_tool_results(body: &Value) -> Vec<ToolResult> {
     let kind = |item: &Value| item.get("type").and_then(Value::as_str).map(str::to_owned).unwrap_or_default();
     trailing_results(
         body.get("input"),
-        |item| matches!(kind(item).as_str(), "function_call" | "function_call_output" | "reasoning"),
-        |item| kind(item) == "function_call_output",
+        |item| {
+            matches!(
+                kind(item).as_str(),
+                "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "reasoning"
+            )
+        },
+        |item| matches!(kind(item).as_str(), "function_call_output" | "custom_tool_call_output"),
         ("call_id", "output"),
     )
 }

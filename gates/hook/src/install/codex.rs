@@ -119,6 +119,127 @@ pub fn merge(
     Ok(config)
 }
 
+/// What [`check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Whether Codex would run Warden's hook.
+    pub runs: bool,
+    /// What was checked, one line each (`ok: …`, `no: …`).
+    pub lines: Vec<String>,
+}
+
+/// The words of a command as `sh` reads the ones [`super::shell_word`]
+/// writes: plain words and single-quoted ones (with `'\''` inside).
+fn words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut started) = (false, false);
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                started = true;
+            }
+            '\\' if !quoted => {
+                word.extend(chars.next());
+                started = true;
+            }
+            ' ' if !quoted => {
+                if started {
+                    words.push(std::mem::take(&mut word));
+                }
+                started = false;
+            }
+            c => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    if started {
+        words.push(word);
+    }
+    words
+}
+
+/// Whether the config `text` at `config_path` runs Warden's hook: Codex's
+/// hooks on, a PreToolUse group running `warden-hook … codex`, its trust
+/// entry matching what Codex computes, the program there, and the token
+/// file usable.
+pub fn check(text: &str, config_path: &Path) -> Report {
+    let mut lines = Vec::new();
+    let mut runs = true;
+    let mut say = |ok: bool, line: String| {
+        runs &= ok;
+        lines.push(format!("{}: {line}", if ok { "ok" } else { "no" }));
+    };
+    let config: Table = match text.parse() {
+        Ok(config) => config,
+        Err(e) => {
+            say(false, format!("{} is not valid TOML, and Codex will not start: {e}", config_path.display()));
+            return Report { runs, lines };
+        }
+    };
+    let hooks_on = config.get("features").and_then(|f| f.get("hooks")).and_then(Value::as_bool) == Some(true);
+    say(hooks_on, format!("[features] hooks = true in {}", config_path.display()));
+    let groups = config
+        .get("hooks")
+        .and_then(|h| h.get("PreToolUse"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let ours = groups
+        .iter()
+        .enumerate()
+        .find(|(_, group)| super::runs_warden_hook(&serde_json::to_value(group).unwrap_or_default(), "codex"));
+    let Some((index, group)) = ours else {
+        say(false, "no [[hooks.PreToolUse]] group runs `warden-hook … codex`: run `warden-hook install codex`".into());
+        return Report { runs, lines };
+    };
+    let hook = group.get("hooks").and_then(Value::as_array).and_then(|h| h.first());
+    let command = hook.and_then(|h| h.get("command")).and_then(Value::as_str).unwrap_or_default();
+    let timeout = hook.and_then(|h| h.get("timeout")).and_then(Value::as_integer).unwrap_or(0);
+    say(true, format!("PreToolUse group {index} runs `{command}`"));
+    let alone =
+        group.get("hooks").and_then(Value::as_array).is_some_and(|h| h.len() == 1) && group.get("matcher").is_none();
+    let key = trust_key(config_path, index);
+    let trusted = config
+        .get("hooks")
+        .and_then(|h| h.get("state"))
+        .and_then(|state| state.get(&key))
+        .and_then(|entry| entry.get("trusted_hash"))
+        .and_then(Value::as_str);
+    let want = trusted_hash(command, u64::try_from(timeout).unwrap_or(0));
+    match trusted {
+        None => say(false, format!("no trust entry [hooks.state.\"{key}\"]: Codex skips the hook without a word")),
+        Some(_) if !alone => {
+            say(false, "the group has a matcher or more hooks: its trust cannot be checked here".into())
+        }
+        Some(hash) if hash == want => say(true, "the hook is trusted (its hash is the one Codex computes)".into()),
+        Some(hash) => say(
+            false,
+            format!("the trust entry's hash {hash} is not the hook's ({want}): Codex skips it; install again"),
+        ),
+    }
+    let words = words(command);
+    let program = words.iter().position(|w| w == "codex").and_then(|at| at.checked_sub(1)).and_then(|at| words.get(at));
+    match program {
+        Some(program) => {
+            let found = std::fs::metadata(program).is_ok_and(|m| m.is_file());
+            say(found, format!("warden-hook is at {program}"));
+        }
+        None => say(false, format!("cannot tell warden-hook's path in `{command}`")),
+    }
+    if let Some(file) = words.iter().find_map(|w| w.strip_prefix("WARDEN_TOKEN_FILE=")) {
+        match warden_sdk::read_token_file(file) {
+            Ok(_) => say(true, format!("the token file {file} can be used")),
+            Err(e) => say(false, format!("the token file cannot be used: {e}")),
+        }
+    }
+    Report { runs, lines }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +306,24 @@ trusted_hash = "sha256:abc"
             Some(trusted_hash("/opt/warden-hook codex --max-wait 60", 90).as_str())
         );
         assert!(merge(Some("model = "), "x codex", 1, path).is_err());
+
+        // The doctor: trusted, then the entry tampered with, then no hooks.
+        let bin = tempfile::tempdir().unwrap();
+        let program = bin.path().join("warden-hook");
+        std::fs::write(&program, "").unwrap();
+        let command = format!("WARDEN_ENDPOINT=http://127.0.0.1:1 '{}' codex --max-wait 900", program.display());
+        let config = toml::to_string(&merge(None, &command, 930, path).unwrap()).unwrap();
+        let report = check(&config, path);
+        assert!(report.runs, "{report:?}");
+        let untrusted = config.replace("timeout = 930", "timeout = 931");
+        let report = check(&untrusted, path);
+        assert!(!report.runs && report.lines.iter().any(|l| l.contains("Codex skips it")), "{report:?}");
+        let elsewhere = check(&config, Path::new("/moved/config.toml"));
+        assert!(!elsewhere.runs && elsewhere.lines.iter().any(|l| l.contains("no trust entry")), "{elsewhere:?}");
+        let off = check(&config.replace("hooks = true", "hooks = false"), path);
+        assert!(!off.runs, "{off:?}");
+        assert!(!check("model = \"x\"", path).runs);
+        assert_eq!(words(r"A=1 '/a b/it'\''s' codex"), ["A=1", "/a b/it's", "codex"]);
         assert!(merge(Some("hooks = 3"), "x codex", 1, path).is_err());
     }
 }
