@@ -1,7 +1,8 @@
-//! Codex CLI's `apply_patch`, pure. Codex 0.171.0 edits files with a shell
-//! command its model writes, `apply_patch <<'EOF' … EOF`, which Codex runs
-//! itself; its PreToolUse hook sees it as the `Bash` tool with that
-//! command. The patch names each file it adds, updates, deletes or moves
+//! Codex CLI's `apply_patch`, pure. Codex 0.171.0 edits files with its
+//! `apply_patch` tool where the model has one (the hook sees tool
+//! `apply_patch` with the patch as `tool_input.command`), and otherwise with
+//! a shell command its model writes, `apply_patch <<'EOF' … EOF`, which
+//! Codex runs itself (the hook sees the `Bash` tool with that command). The patch names each file it adds, updates, deletes or moves
 //! (`*** Add File: PATH`, `*** Update File: PATH`, `*** Delete File: PATH`,
 //! `*** Move to: PATH`), relative to the working folder: each is asked
 //! about as the write (or delete) it is, not as a program nobody knows.
@@ -30,7 +31,11 @@ pub fn changes(command: &str) -> Option<Result<Vec<Change>, String>> {
         return None;
     }
     let begin = rest.find("*** Begin Patch")?;
-    let body = rest.get(begin..).unwrap_or_default();
+    Some(of_patch(rest.get(begin..).unwrap_or_default()))
+}
+
+/// The changes of a patch's text (from `*** Begin Patch`).
+pub fn of_patch(body: &str) -> Result<Vec<Change>, String> {
     let mut found = Vec::new();
     let mut updating: Option<String> = None;
     for line in body.lines() {
@@ -57,13 +62,13 @@ pub fn changes(command: &str) -> Option<Result<Vec<Change>, String>> {
             updating = None;
         }
     }
-    Some(match found.len() {
+    match found.len() {
         0 => Err("an apply_patch that names no file".into()),
         n if n > MAX_FILES => {
             Err(format!("an apply_patch naming {n} files, more than the {MAX_FILES} Warden's hook asks about"))
         }
         _ => Ok(found),
-    })
+    }
 }
 
 /// The touches of `changes`.
@@ -101,6 +106,10 @@ mod tests {
         let quoted = "apply_patch '*** Begin Patch\n*** Add File: a.txt\n+*** Delete File: b.txt\n*** End Patch'";
         assert_eq!(changes(quoted).unwrap().unwrap(), [Change::Write("a.txt".into())]);
         assert_eq!(changes("ls -la"), None);
+        assert_eq!(
+            of_patch("*** Begin Patch\n*** Delete File: a.txt\n*** End Patch\n").unwrap(),
+            [Change::Delete("a.txt".into())]
+        );
         assert_eq!(changes("apply_patcher x"), None);
         assert!(changes("apply_patch <<'EOF'\n*** Begin Patch\n*** End Patch\nEOF").unwrap().is_err());
         let many: String = (0..=MAX_FILES).map(|i| format!("*** Add File: f{i}\n+x\n")).collect();
