@@ -76,6 +76,12 @@ pub struct Answer {
 impl Verdict {
     /// The verdict in `protocol`'s terms.
     pub fn answer(&self, protocol: Protocol) -> Answer {
+        self.answer_for(protocol, None)
+    }
+
+    /// The verdict in `protocol`'s terms, for a call of `tool` (Cline
+    /// refuses each tool its own way).
+    pub fn answer_for(&self, protocol: Protocol, tool: Option<&str>) -> Answer {
         let (allowed, reason) = match self {
             Verdict::Allow(reason) => (true, reason.as_str()),
             Verdict::Deny(reason) => (false, reason.as_str()),
@@ -85,14 +91,15 @@ impl Verdict {
             Protocol::ClaudeCode => out(self.claude_code()),
             Protocol::Codex if allowed => out(String::new()),
             Protocol::Codex => Answer { stdout: String::new(), stderr: reason.to_owned(), exit: 2 },
-            Protocol::Gemini if allowed => out(json!({"decision": "allow"}).to_string()),
-            Protocol::Gemini => out(json!({"decision": "deny", "reason": reason}).to_string()),
+            Protocol::Gemini | Protocol::OpenCode if allowed => out(json!({"decision": "allow"}).to_string()),
+            Protocol::Gemini | Protocol::OpenCode => out(json!({"decision": "deny", "reason": reason}).to_string()),
             Protocol::Cursor => out(json!({
                 "permission": if allowed { "allow" } else { "deny" },
                 "user_message": reason,
                 "agent_message": reason,
             })
             .to_string()),
+            Protocol::Cline => out(protocols::cline::answer(tool, (!allowed).then_some(reason))),
         }
     }
 }

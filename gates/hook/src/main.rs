@@ -42,6 +42,11 @@ enum Command {
     /// Answer one Cursor beforeShellExecution, beforeMCPExecution or
     /// beforeReadFile event.
     Cursor(Wait),
+    /// Answer one Cline PreToolUse event (its hook file; waits at most
+    /// 100 s, under Cline's 120 s).
+    Cline(Wait),
+    /// Answer one tool call of OpenCode's Warden plugin.
+    Opencode(Wait),
     /// Add the hook to an agent's settings (merged, never clobbered).
     ///
     /// claude-code: `.claude/settings.json` (project), `~/.claude/settings.json`
@@ -51,7 +56,11 @@ enum Command {
     /// project) or `$CODEX_HOME/config.toml` (user, default `~/.codex`),
     /// with the hook's trust entry. gemini: `.gemini/settings.json`
     /// (project; Gemini CLI runs its hooks only in a trusted folder) or
-    /// `~/.gemini/settings.json` (user; `$GEMINI_CLI_HOME/.gemini`).
+    /// `~/.gemini/settings.json` (user; `$GEMINI_CLI_HOME/.gemini`). cline:
+    /// a `PreToolUse` hook file in `.clinerules/hooks/` (project) or
+    /// `$CLINE_DIR/hooks/` (user, default `~/.cline`), waiting at most
+    /// 100 s. opencode: a plugin, `.opencode/plugin/warden.js` (project) or
+    /// `$XDG_CONFIG_HOME/opencode/plugin/warden.js` (user).
     Install {
         /// The agent.
         #[arg(value_enum)]
@@ -114,6 +123,8 @@ enum Agent {
     ClaudeCode,
     Codex,
     Gemini,
+    Cline,
+    Opencode,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -135,6 +146,8 @@ fn main() -> ExitCode {
         Command::Codex(wait) => (Protocol::Codex, wait),
         Command::Gemini(wait) => (Protocol::Gemini, wait),
         Command::Cursor(wait) => (Protocol::Cursor, wait),
+        Command::Cline(wait) => (Protocol::Cline, wait),
+        Command::Opencode(wait) => (Protocol::OpenCode, wait),
         Command::Doctor { agent: DoctorAgent::Codex, scope, dir } => {
             return match doctor_codex(scope, &dir) {
                 Ok(true) => ExitCode::SUCCESS,
@@ -161,7 +174,14 @@ fn main() -> ExitCode {
             };
         }
     };
-    let answer = hook(protocol, Duration::from_secs(wait.max_wait)).answer(protocol);
+    let mut max_wait = Duration::from_secs(wait.max_wait);
+    if protocol == Protocol::Cline {
+        // Cline kills a hook at 120 s and then runs the tool: the hook
+        // answers (a deny) well before.
+        max_wait = max_wait.min(Duration::from_secs(CLINE_MAX_WAIT_SECONDS));
+    }
+    let (verdict, tool) = hook(protocol, max_wait);
+    let answer = verdict.answer_for(protocol, tool.as_deref());
     // Nothing else is ever written to stdout: the agent reads it.
     let mut out = std::io::stdout().lock();
     if !answer.stdout.is_empty() && writeln!(out, "{}", answer.stdout).and_then(|()| out.flush()).is_err() {
@@ -173,25 +193,30 @@ fn main() -> ExitCode {
     ExitCode::from(answer.exit)
 }
 
-/// The whole answer to one event; every failure is a deny naming it.
-fn hook(protocol: Protocol, max_wait: Duration) -> Verdict {
+/// The longest `warden-hook cline` waits: under Cline's 120 s.
+const CLINE_MAX_WAIT_SECONDS: u64 = 100;
+
+/// The whole answer to one event, and the tool it was for when it could be
+/// read; every failure is a deny naming it.
+fn hook(protocol: Protocol, max_wait: Duration) -> (Verdict, Option<String>) {
     let mut text = String::new();
     let read = std::io::stdin().lock().take(MAX_EVENT_BYTES as u64 + 1).read_to_string(&mut text);
     if let Err(e) = read {
-        return Verdict::Deny(format!("Warden's hook could not read the tool call ({e}): denied"));
+        return (Verdict::Deny(format!("Warden's hook could not read the tool call ({e}): denied")), None);
     }
     if text.len() > MAX_EVENT_BYTES {
-        return Verdict::Deny("Warden's hook got a tool call over 1 MiB: denied".into());
+        return (Verdict::Deny("Warden's hook got a tool call over 1 MiB: denied".into()), None);
     }
     let call = match parse(protocol, &text) {
         Ok(call) => call,
-        Err(e) => return Verdict::Deny(format!("Warden's hook: {e}: denied")),
+        Err(e) => return (Verdict::Deny(format!("Warden's hook: {e}: denied")), None),
     };
+    let tool = Some(call.tool.clone());
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
-        Err(e) => return Verdict::Deny(format!("Warden's hook could not start ({e}): denied")),
+        Err(e) => return (Verdict::Deny(format!("Warden's hook could not start ({e}): denied")), tool),
     };
-    runtime.block_on(decide(protocol, call, max_wait))
+    (runtime.block_on(decide(protocol, call, max_wait)), tool)
 }
 
 async fn decide(protocol: Protocol, call: ToolCall, max_wait: Duration) -> Verdict {
@@ -251,6 +276,15 @@ fn settings_path(agent: Agent, scope: Scope, dir: &Path) -> anyhow::Result<PathB
         (Agent::Gemini, Scope::User) => {
             env_path("GEMINI_CLI_HOME").map_or_else(home, Ok)?.join(".gemini/settings.json")
         }
+        (Agent::Cline, Scope::Project) => install::cline::place(&project()?.join(".clinerules/hooks"))?,
+        (Agent::Cline, Scope::User) => {
+            let dir = env_path("CLINE_DIR").map_or_else(|| home().map(|h| h.join(".cline")), Ok)?;
+            install::cline::place(&dir.join("hooks"))?
+        }
+        (Agent::Opencode, Scope::Project) => project()?.join(".opencode/plugin/warden.js"),
+        (Agent::Opencode, Scope::User) => env_path("XDG_CONFIG_HOME")
+            .map_or_else(|| home().map(|h| h.join(".config")), Ok)?
+            .join("opencode/plugin/warden.js"),
         (_, Scope::Managed) => anyhow::bail!("--scope managed is for Claude Code only; use --scope user or project"),
     })
 }
@@ -271,7 +305,11 @@ fn install(
         Agent::ClaudeCode => "claude-code",
         Agent::Codex => "codex",
         Agent::Gemini => "gemini",
+        Agent::Cline => "cline",
+        Agent::Opencode => "opencode",
     };
+    // Cline kills its hook at 120 s, and then runs the tool.
+    let max_wait = if agent == Agent::Cline { max_wait.min(CLINE_MAX_WAIT_SECONDS) } else { max_wait };
     let command = install::hook_command(&binary, protocol, max_wait, &target)?;
     let existing = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
@@ -294,6 +332,13 @@ fn install(
             let merged = install::gemini::merge(existing.as_deref(), &command, timeout * 1000, &path)?;
             serde_json::to_string_pretty(&merged)? + "\n"
         }
+        Agent::Cline => install::cline::script(&command),
+        Agent::Opencode => {
+            install::opencode::replaceable(existing.as_deref(), &path)?;
+            let binary = binary.to_str().context("warden-hook's path is not UTF-8")?.to_owned();
+            let argv = [binary, "opencode".into(), "--max-wait".into(), max_wait.to_string()];
+            install::opencode::plugin(&argv, &target.env()?, timeout * 1000)
+        }
     };
     warn_about_the_token(target.token_file.as_deref());
     if print {
@@ -307,6 +352,11 @@ fn install(
     // Written whole or not at all.
     let temporary = path.with_extension("warden-tmp");
     std::fs::write(&temporary, &text).with_context(|| format!("writing {}", temporary.display()))?;
+    if agent == Agent::Cline {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("making {} executable", temporary.display()))?;
+    }
     std::fs::rename(&temporary, &path).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("warden-hook: the hook is in {}", path.display());
     let token = match &target.token_file {

@@ -21,8 +21,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+pub mod cline;
 pub mod codex;
 pub mod gemini;
+pub mod opencode;
 
 /// Why the settings cannot be changed.
 #[derive(Debug, thiserror::Error)]
@@ -118,21 +120,32 @@ impl Target {
 /// `binary PROTOCOL --max-wait N` (`protocol`: `claude-code`, `codex` …),
 /// each word quoted for `sh`.
 pub fn hook_command(binary: &Path, protocol: &str, max_wait: u64, target: &Target) -> Result<String, InstallError> {
-    let text = |what: &'static str, path: &Path| {
-        path.to_str()
-            .map(str::to_owned)
-            .ok_or_else(|| InstallError::NotUtf8 { what, path: path.to_string_lossy().into_owned() })
-    };
-    let mut words = vec![format!("WARDEN_ENDPOINT={}", shell_word(&target.endpoint))];
-    if let Some(path) = &target.token_file {
-        words.push(format!("WARDEN_TOKEN_FILE={}", shell_word(&text("the token file", path)?)));
-    }
-    if let Some(path) = &target.ca_cert {
-        words.push(format!("WARDEN_CA_CERT={}", shell_word(&text("the CA file", path)?)));
-    }
-    words.push(shell_word(&text("warden-hook's path", binary)?).into_owned());
+    let mut words: Vec<String> =
+        target.env()?.into_iter().map(|(name, value)| format!("{name}={}", shell_word(&value))).collect();
+    words.push(shell_word(&utf8("warden-hook's path", binary)?).into_owned());
     words.push(format!("{protocol} --max-wait {max_wait}"));
     Ok(words.join(" "))
+}
+
+fn utf8(what: &'static str, path: &Path) -> Result<String, InstallError> {
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| InstallError::NotUtf8 { what, path: path.to_string_lossy().into_owned() })
+}
+
+impl Target {
+    /// The hook's environment that names the monitor: `WARDEN_ENDPOINT`,
+    /// and `WARDEN_TOKEN_FILE` and `WARDEN_CA_CERT` when given.
+    pub fn env(&self) -> Result<Vec<(&'static str, String)>, InstallError> {
+        let mut env = vec![("WARDEN_ENDPOINT", self.endpoint.clone())];
+        if let Some(path) = &self.token_file {
+            env.push(("WARDEN_TOKEN_FILE", utf8("the token file", path)?));
+        }
+        if let Some(path) = &self.ca_cert {
+            env.push(("WARDEN_CA_CERT", utf8("the CA file", path)?));
+        }
+        Ok(env)
+    }
 }
 
 /// `word` as one word for `sh`: as it is when it holds only characters

@@ -102,8 +102,8 @@ mod tests {
     use warden_sdk::proto::authorize_request::Resource;
 
     use super::*;
-    use crate::protocols::support::*;
     use crate::protocols::Protocol;
+    use crate::protocols::support::*;
 
     #[test]
     fn tools_map_to_the_actions_design_names() {

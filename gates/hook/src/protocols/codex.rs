@@ -73,8 +73,8 @@ mod tests {
     use warden_sdk::proto::authorize_request::Resource;
 
     use crate::Verdict;
-    use crate::protocols::support::*;
     use crate::protocols::Protocol;
+    use crate::protocols::support::*;
 
     #[test]
     fn codex_events_and_answers() {

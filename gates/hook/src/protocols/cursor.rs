@@ -54,8 +54,8 @@ mod tests {
 
     use super::*;
     use crate::Verdict;
-    use crate::protocols::support::*;
     use crate::protocols::Protocol;
+    use crate::protocols::support::*;
 
     #[test]
     fn cursor_events_and_answers() {

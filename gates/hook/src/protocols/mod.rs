@@ -5,10 +5,12 @@ use serde_json::Value;
 
 use crate::{HookError, ToolCall};
 
-mod claude;
-mod codex;
-mod cursor;
-mod gemini;
+pub mod claude;
+pub mod cline;
+pub mod codex;
+pub mod cursor;
+pub mod gemini;
+pub mod opencode;
 #[cfg(test)]
 pub(crate) mod support;
 
@@ -38,6 +40,11 @@ pub enum Protocol {
     /// `workspace_roots`; the answer is `{"permission": "allow" | "deny",
     /// "user_message": …, "agent_message": …}` (cursor.com/docs/agent/hooks).
     Cursor,
+    /// Cline's `PreToolUse` hook file ([`cline`]).
+    Cline,
+    /// OpenCode, through the plugin `warden-hook install opencode` writes
+    /// ([`opencode`]).
+    OpenCode,
 }
 
 impl Protocol {
@@ -48,6 +55,8 @@ impl Protocol {
             Protocol::Codex => "codex",
             Protocol::Gemini => "gemini-cli",
             Protocol::Cursor => "cursor",
+            Protocol::Cline => "cline",
+            Protocol::OpenCode => "opencode",
         }
     }
 }
@@ -63,6 +72,8 @@ pub fn parse(protocol: Protocol, text: &str) -> Result<ToolCall, HookError> {
         Protocol::Codex => codex::parse(text),
         Protocol::Gemini => gemini::parse(text),
         Protocol::Cursor => cursor::parse(text),
+        Protocol::Cline => cline::parse(text),
+        Protocol::OpenCode => opencode::parse(text),
     }
 }
 

@@ -68,6 +68,6 @@ async fn codex_cli_with_warden_stopped_runs_nothing() {
     .unwrap();
     let home = install(&scene, &model);
     scene.bundled.stop().await.unwrap();
-    let output = output(codex(&scene, &program, &home)).await;
+    let output = scene.output(codex(&scene, &program, &home)).await;
     scene.nothing_ran(&model, &output);
 }

@@ -57,6 +57,6 @@ async fn gemini_cli_with_warden_stopped_runs_nothing() {
     ])
     .await
     .unwrap();
-    let output = output(gemini(&scene, &program, &home, &model)).await;
+    let output = scene.output(gemini(&scene, &program, &home, &model)).await;
     scene.nothing_ran(&model, &output);
 }

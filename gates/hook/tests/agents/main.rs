@@ -19,8 +19,10 @@ use warden_proto::v1 as pb;
 use warden_tests::model_server::{ScriptedModel, Step};
 use warden_tests::monitor::Bundled;
 
+mod cline;
 mod codex;
 mod gemini;
+mod opencode;
 
 const HARNESS: &str = "wdn_agents_test_harness";
 const APPROVER: &str = "wdn_agents_test_approver";
@@ -108,6 +110,45 @@ impl Scene {
         command
     }
 
+    /// `command`'s output; the agent is killed after three minutes, and
+    /// what it left running (Cline's hub daemon) once it ends.
+    async fn output(&self, mut command: Command) -> Output {
+        let home = self.home();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read as _;
+            let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+                let (done, bytes) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let mut read = Vec::new();
+                    let _ = pipe.read_to_end(&mut read);
+                    let _ = done.send(read);
+                });
+                bytes
+            };
+            let stdout = read(Box::new(child.stdout.take().unwrap()));
+            let stderr = read(Box::new(child.stderr.take().unwrap()));
+            let deadline = std::time::Instant::now() + Duration::from_secs(180);
+            let status = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break status;
+                }
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    break child.wait().unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            kill_left_running(&home);
+            let collect = |bytes: std::sync::mpsc::Receiver<Vec<u8>>| {
+                bytes.recv_timeout(Duration::from_secs(10)).unwrap_or_default()
+            };
+            Output { status, stdout: collect(stdout), stderr: collect(stderr) }
+        })
+        .await
+        .unwrap()
+    }
+
     /// What the run left on disk and told the model, under the bundled
     /// policies: the allowed copy, no leak, the approved delete, `.env`
     /// unchanged; the model read the refusals' policies and reasons.
@@ -127,10 +168,12 @@ impl Scene {
             "SECRET=1\n",
             "the denied write ran: {said}"
         );
-        let results: Vec<String> = model.tool_results().into_iter().map(|r| r.content).collect();
-        let told = |policy: &str| results.iter().any(|r| r.contains(policy) && r.contains("credential"));
-        assert!(told("commands.no-credentials"), "the model was not told the command's policy: {results:#?}");
-        assert!(told("files.no-credentials"), "the model was not told the write's policy: {results:#?}");
+        // The model's last request carries all it was told (a tool's result,
+        // or, for Cline, a message after it).
+        let last = model.requests().last().map(ToString::to_string).unwrap_or_default();
+        let told = |policy: &str| last.contains(policy) && last.contains("credential files");
+        assert!(told("commands.no-credentials"), "the model was not told the command's policy: {last}");
+        assert!(told("files.no-credentials"), "the model was not told the write's policy: {last}");
         // Each asked once, in one session, with the outcome the bundled
         // policies give.
         let decisions = self.bundled.decisions().await.unwrap();
@@ -151,8 +194,8 @@ impl Scene {
     fn nothing_ran(&self, model: &ScriptedModel, output: &Output) {
         let said = format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
         assert!(!self.workspace().join("ran.txt").exists(), "a tool ran with Warden stopped: {said}");
-        let results: Vec<String> = model.tool_results().into_iter().map(|r| r.content).collect();
-        assert!(results.iter().any(|r| r.contains("Warden is unreachable")), "{results:#?}\n{said}");
+        let last = model.requests().last().map(ToString::to_string).unwrap_or_default();
+        assert!(last.contains("Warden is unreachable"), "{last}\n{said}");
     }
 }
 
@@ -160,45 +203,28 @@ impl Scene {
 /// shell tool (`tool`, its command in `field`), then `write` (the agent's
 /// own file tool writing `.npmrc`), then a final answer.
 fn script(tool: &str, field: &str, write: Step) -> Vec<Step> {
-    let shell = |command: &str| Step::tool_use(tool, serde_json::json!({field: command}));
+    let shell = |command: &str| Step::tool_use(tool, serde_json::json!({field: command, "description": "run it"}));
     vec![shell(ALLOWED), shell(DENIED), shell(PENDING), write, Step::text("all done")]
 }
 
 /// Runs `command` (blocking) with a deadline, while the approver approves
 /// the one request that waits.
 async fn run_approving(scene: &Scene, command: Command) -> (Output, pb::Approval) {
-    let run = output(command);
+    let run = scene.output(command);
     let (output, approval) = tokio::join!(run, scene.bundled.approve_when_pending());
     (output, approval.unwrap())
 }
 
-/// `command`'s output; the agent is killed after three minutes.
-async fn output(mut command: Command) -> Output {
-    tokio::task::spawn_blocking(move || {
-        use std::io::Read as _;
-        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = pipe.read_to_end(&mut bytes);
-                bytes
-            })
-        };
-        let stdout = read(Box::new(child.stdout.take().unwrap()));
-        let stderr = read(Box::new(child.stderr.take().unwrap()));
-        let deadline = std::time::Instant::now() + Duration::from_secs(180);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                break child.wait().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
-    })
-    .await
-    .unwrap()
+/// Kills every process whose `HOME` is `home` (what an agent run left
+/// behind: Cline's hub daemon keeps running after the CLI exits).
+fn kill_left_running(home: &Path) {
+    let marker = format!("HOME={}", home.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        if environ.split(|b| *b == 0).any(|var| var == marker.as_bytes()) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
 }
