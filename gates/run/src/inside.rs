@@ -45,6 +45,27 @@ fn pipe(client: TcpStream, upstream: UnixStream) -> io::Result<()> {
     Ok(())
 }
 
+/// Keeps this process (the agent's supervisor in the box) alive through
+/// the interrupt and quit keys of the run's terminal, which signal the
+/// whole foreground process group: the agent decides what they do to it.
+/// Handled, not ignored: a handler does not pass to the agent.
+pub struct Outlive {
+    _runtime: tokio::runtime::Runtime,
+    _signals: Vec<tokio::signal::unix::Signal>,
+}
+
+impl Outlive {
+    /// Installs the handlers, for as long as the value lives.
+    pub fn interrupts() -> io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let signals = runtime.block_on(async {
+            [SignalKind::interrupt(), SignalKind::quit()].into_iter().map(signal).collect::<io::Result<Vec<_>>>()
+        })?;
+        Ok(Self { _runtime: runtime, _signals: signals })
+    }
+}
+
 /// Runs `argv` and waits for it.
 pub fn run(argv: &[String]) -> io::Result<ExitStatus> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::other("no command to run"))?;

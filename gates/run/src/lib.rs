@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `sandbox` says what bubblewrap is told (pure), `rundir` makes the run's
-//! folder, `inside` is the relay and the agent's supervisor in the box.
+//! folder, `inside` is the relay and the agent's supervisor in the box,
+//! `terminal` an interactive run's own pseudo-terminal.
 
 pub mod agents;
 pub mod config;
@@ -19,3 +20,4 @@ pub mod pin;
 pub mod rundir;
 pub mod sandbox;
 pub mod summary;
+pub mod terminal;

@@ -13,7 +13,7 @@ use warden_proxy::proxy::{self, Listener, Settings};
 use warden_proxy::secrets::Secrets;
 use warden_run::config::{RunConfig, expand};
 use warden_run::rundir::{RunDir, valid_session};
-use warden_run::{agents, inside, pin, sandbox, summary};
+use warden_run::{agents, inside, pin, sandbox, summary, terminal};
 use warden_sdk::Actor;
 
 /// The hidden first argument of `warden-run` run again inside the box.
@@ -119,6 +119,22 @@ fn run_inside(args: &[String]) -> ExitCode {
         eprintln!("warden-run: cannot relay {address} to the proxy: {e}");
         return ExitCode::FAILURE;
     }
+    // An interactive run: the run's terminal is the session's, and its
+    // interrupt key is the agent's to handle.
+    let _outlive = match terminal::control() {
+        Ok(true) => match inside::Outlive::interrupts() {
+            Ok(outlive) => Some(outlive),
+            Err(e) => {
+                eprintln!("warden-run: cannot keep the run through the interrupt key: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Ok(false) => None,
+        Err(e) => {
+            eprintln!("warden-run: cannot take the run's terminal: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match inside::run(command) {
         Ok(status) => ExitCode::from(inside::code(status)),
         Err(e) => {
@@ -407,6 +423,13 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             monitor: format!("unix:{}", sandbox::MONITOR_SOCKET),
             placeholders,
         };
+        // An interactive run gets a terminal of its own (the no-sandbox
+        // run keeps the user's: it is not confined anyway).
+        let pty = if !flags.no_sandbox && terminal::interactive() {
+            Some(terminal::Pty::new().context("the run's terminal")?)
+        } else {
+            None
+        };
         let mut child = if flags.no_sandbox {
             let relayed = inside::relay("127.0.0.1:0", &socket).context("the relay to the proxy")?;
             let run = sandbox::RunEnv {
@@ -452,13 +475,36 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
                 env: sandbox::box_env(&outer, &run),
                 inside: inside_argv,
             };
-            std::process::Command::new(&flags.bwrap)
-                .args(sandbox::bwrap_args(&spec, &run_dir.empty()))
-                .env_clear()
-                .spawn()
-                .with_context(|| format!("cannot start `{}`", flags.bwrap.display()))?
+            let mut bwrap = std::process::Command::new(&flags.bwrap);
+            bwrap.args(sandbox::bwrap_args(&spec, &run_dir.empty())).env_clear();
+            if let Some(pty) = &pty {
+                bwrap.stdin(pty.slave()?).stdout(pty.slave()?).stderr(pty.slave()?);
+            }
+            bwrap.spawn().with_context(|| format!("cannot start `{}`", flags.bwrap.display()))?
+        };
+        // The user's keys to the box and its screen back, the user's terminal
+        // raw meanwhile; its size follows the user's.
+        let screen = match pty {
+            Some(pty) => {
+                let master = pty.into_master();
+                let follower = master.try_clone()?;
+                let mut resized = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
+                tokio::spawn(async move {
+                    while resized.recv().await.is_some() {
+                        terminal::follow_size(&follower);
+                    }
+                });
+                let raw = terminal::Raw::enter().context("the terminal's raw mode")?;
+                Some((raw, terminal::relay(master)?))
+            }
+            None => None,
         };
         let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+        if let Some((raw, shown)) = screen {
+            // What the box wrote last, then the user's terminal as it was.
+            let _ = tokio::task::spawn_blocking(move || shown.join()).await;
+            drop(raw);
+        }
         drop(run_dir);
         for (made, aside) in sandbox::set_aside(&absent, &session) {
             eprintln!(

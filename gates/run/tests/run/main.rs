@@ -20,6 +20,7 @@ mod agents;
 mod claude;
 mod confinement;
 mod network;
+mod terminal;
 
 const HARNESS: &str = "wdn_run_test_harness";
 
