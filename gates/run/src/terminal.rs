@@ -9,7 +9,7 @@
 //! agent).
 
 use std::fs::File;
-use std::io::{self, Read as _, Write as _};
+use std::io;
 use std::os::fd::OwnedFd;
 
 use rustix::fs::{Mode, OFlags};
@@ -93,37 +93,21 @@ pub fn follow_size(master: &File) {
 /// the process), and what the box writes to standard output until the box
 /// has ended: the handle ends then.
 pub fn relay(master: File) -> io::Result<std::thread::JoinHandle<()>> {
-    let mut keys_to = master.try_clone()?;
-    std::thread::spawn(move || {
-        let mut stdin = io::stdin();
-        let mut buffer = [0u8; 4096];
-        loop {
-            match stdin.read(&mut buffer) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if keys_to.write_all(buffer.get(..n).unwrap_or_default()).is_err() {
-                        return;
-                    }
-                }
-            }
+    let keys_to = master.try_clone()?;
+    std::thread::spawn(move || pump(io::stdin(), keys_to));
+    // Reading the box's side fails (EIO) once no process holds it.
+    Ok(std::thread::spawn(move || pump(master, io::stdout())))
+}
+
+/// Copies `from` to `to` as it comes, until either ends.
+fn pump(mut from: impl io::Read, mut to: impl io::Write) {
+    let mut buffer = [0u8; 8192];
+    while let Ok(n) = from.read(&mut buffer) {
+        let Some(read) = buffer.get(..n).filter(|read| !read.is_empty()) else { return };
+        if to.write_all(read).and_then(|()| to.flush()).is_err() {
+            return;
         }
-    });
-    let mut screen_from = master;
-    Ok(std::thread::spawn(move || {
-        let mut stdout = io::stdout();
-        let mut buffer = [0u8; 8192];
-        loop {
-            // EIO once no process holds the box's side.
-            match screen_from.read(&mut buffer) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if stdout.write_all(buffer.get(..n).unwrap_or_default()).and_then(|()| stdout.flush()).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    }))
+    }
 }
 
 /// In the box: takes standard input's terminal (the run's pseudo-terminal)
