@@ -349,9 +349,19 @@ fn install(
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
-    // Written whole or not at all.
-    let temporary = path.with_extension("warden-tmp");
-    std::fs::write(&temporary, &text).with_context(|| format!("writing {}", temporary.display()))?;
+    // Written whole or not at all, through a file made new here: a link
+    // planted at a fixed temporary name would have the write follow it.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let temporary = path.with_extension(format!("warden-tmp-{}-{nanos}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temporary)
+        .with_context(|| format!("creating {}", temporary.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", temporary.display()))?;
+    drop(file);
     if agent == Agent::Cline {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))

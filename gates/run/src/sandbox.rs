@@ -99,7 +99,21 @@ const SEARCH_ENTRIES: usize = 100_000;
 /// outside the box: read-only inside the workspace. `.git` whole: its
 /// config, hooks, `commondir` and submodules' all run code outside, and a
 /// renamed copy would carry no mount (the agent does not commit in the box).
-pub const WORKSPACE_READ_ONLY: &[&str] = &[".claude", ".mcp.json", ".codex", ".gemini", ".git", ".envrc", ".vscode"];
+pub const WORKSPACE_READ_ONLY: &[&str] = &[
+    ".claude",
+    ".mcp.json",
+    ".codex",
+    ".gemini",
+    ".clinerules",
+    ".cline",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+    ".cursor",
+    ".git",
+    ".envrc",
+    ".vscode",
+];
 
 /// The read-only names of `workspace` that are not there now: the box
 /// cannot make them read-only, so what the agent makes there is set aside
