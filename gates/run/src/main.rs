@@ -479,9 +479,29 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             bwrap.args(sandbox::bwrap_args(&spec, &run_dir.empty())).env_clear();
             if let Some(pty) = &pty {
                 bwrap.stdin(pty.slave()?).stdout(pty.slave()?).stderr(pty.slave()?);
+            } else {
+                // Not interactive: none of the user's terminals goes into
+                // the box; what it writes there is copied by warden-run.
+                let [input, output, error] = terminal::terminals();
+                if input {
+                    bwrap.stdin(std::process::Stdio::null());
+                }
+                if output {
+                    bwrap.stdout(std::process::Stdio::piped());
+                }
+                if error {
+                    bwrap.stderr(std::process::Stdio::piped());
+                }
             }
             bwrap.spawn().with_context(|| format!("cannot start `{}`", flags.bwrap.display()))?
         };
+        let mut copies = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            copies.push(terminal::copy_out(out, std::io::stdout()));
+        }
+        if let Some(err) = child.stderr.take() {
+            copies.push(terminal::copy_out(err, std::io::stderr()));
+        }
         // The user's keys to the box and its screen back, the user's terminal
         // raw meanwhile; its size follows the user's.
         let screen = match pty {
@@ -500,6 +520,9 @@ fn run(flags: Flags) -> anyhow::Result<u8> {
             None => None,
         };
         let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+        for copy in copies {
+            let _ = tokio::task::spawn_blocking(move || copy.join()).await;
+        }
         if let Some((raw, shown)) = screen {
             // What the box wrote last, then the user's terminal as it was.
             let _ = tokio::task::spawn_blocking(move || shown.join()).await;

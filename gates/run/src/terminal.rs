@@ -99,6 +99,21 @@ pub fn relay(master: File) -> io::Result<std::thread::JoinHandle<()>> {
     Ok(std::thread::spawn(move || pump(master, io::stdout())))
 }
 
+/// Which of standard input, output and error are a terminal: a run that is
+/// not interactive gives the box none of them (settings such as `stty
+/// -echo` would outlive the run).
+pub fn terminals() -> [bool; 3] {
+    [rustix::termios::isatty(io::stdin()), rustix::termios::isatty(io::stdout()), rustix::termios::isatty(io::stderr())]
+}
+
+/// Copies what the box writes to a pipe onto `to`, until the box is done.
+pub fn copy_out(
+    from: impl io::Read + Send + 'static,
+    to: impl io::Write + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || pump(from, to))
+}
+
 /// Copies `from` to `to` as it comes, until either ends.
 fn pump(mut from: impl io::Read, mut to: impl io::Write) {
     let mut buffer = [0u8; 8192];

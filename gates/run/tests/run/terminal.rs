@@ -73,3 +73,29 @@ async fn an_interactive_run_has_a_terminal_of_its_own_whose_interrupt_key_reache
     assert!(settings.local_modes.contains(LocalModes::ICANON | LocalModes::ECHO), "left raw: {settings:?}");
     monitor.server.stop().await.unwrap();
 }
+
+/// A run that is not interactive (its output a terminal, its input not)
+/// gives the box none of the user's terminals: what the box writes reaches
+/// the terminal through warden-run, and a setting changed from inside the
+/// box (`stty -echo` on its output) does not outlive the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_output_alone_is_a_terminal_does_not_give_the_box_that_terminal() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let machine = Machine::new();
+    let monitor = monitor().await;
+    let (mut master, slave) = user_terminal(40, 100);
+    let script = "stty -echo <&1 2>/dev/null; [ -t 1 ] && echo OUT-IS-A-TERMINAL || echo OUT-IS-NOT-A-TERMINAL";
+    let mut command = machine.warden_run(&monitor.endpoint, &["--session", "tty-2", "--", "sh", "-c", script]);
+    command.stdin(Stdio::null()).stdout(slave.try_clone().unwrap()).stderr(Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut buffer = [0u8; 4096];
+    let n = master.read(&mut buffer).unwrap();
+    let seen = String::from_utf8_lossy(&buffer[..n]).into_owned();
+    assert!(seen.contains("OUT-IS-NOT-A-TERMINAL"), "{seen}");
+    let settings = rustix::termios::tcgetattr(&slave).unwrap();
+    assert!(settings.local_modes.contains(LocalModes::ECHO), "the box changed the user's terminal: {settings:?}");
+    monitor.server.stop().await.unwrap();
+}
