@@ -20,14 +20,11 @@ pub(super) fn messages(
     body: Value,
     body_len: usize,
 ) -> Response<Full<Bytes>> {
-    let main_loop = body.get("tools").and_then(Value::as_array).is_some_and(|tools| !tools.is_empty());
+    let main_loop = offers_tools(&body);
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let model = body.get("model").and_then(Value::as_str).unwrap_or("claude-scripted").to_owned();
-    let (reply, message_id) = {
-        let mut state = lock(state);
-        let reply = state.take(method, path, body, main_loop, "toolu_scripted");
-        (reply, format!("msg_scripted_{}", state.next_id()))
-    };
+    let (reply, id) = lock(state).take(method, path, body, main_loop, "toolu_scripted");
+    let message_id = format!("msg_scripted_{id}");
     let turn = match reply {
         Reply::Text(text) => {
             Turn::new(message_id, model, vec![json!({ "type": "text", "text": text })], "end_turn", body_len)

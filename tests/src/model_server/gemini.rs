@@ -24,7 +24,7 @@ pub(super) fn route(path: &str) -> Option<Call> {
     }
 }
 
-fn offers_tools(body: &Value) -> bool {
+fn declares_functions(body: &Value) -> bool {
     body.get("tools").and_then(Value::as_array).into_iter().flatten().any(|tool| {
         tool.get("functionDeclarations").and_then(Value::as_array).is_some_and(|declared| !declared.is_empty())
     })
@@ -38,7 +38,7 @@ pub(super) fn generate(
     body_len: usize,
     stream: bool,
 ) -> Response<Full<Bytes>> {
-    let main_loop = offers_tools(&body);
+    let main_loop = declares_functions(&body);
     let model = path.rsplit_once('/').and_then(|(_, m)| m.split_once(':')).map_or("gemini", |(m, _)| m).to_owned();
     // Gemini CLI's side calls (routing, the next-speaker check) ask for JSON
     // of a schema: they get the least instance of it.
@@ -46,7 +46,7 @@ pub(super) fn generate(
         .pointer("/generationConfig/responseJsonSchema")
         .or_else(|| body.pointer("/generationConfig/responseSchema"))
         .cloned();
-    let reply = lock(state).take(method, path, body, main_loop, "call_scripted");
+    let (reply, _) = lock(state).take(method, path, body, main_loop, "call_scripted");
     let parts: Vec<Value> = match reply {
         Reply::Text(_) if !main_loop && schema.is_some() => {
             vec![json!({ "text": instance(schema.as_ref().unwrap_or(&Value::Null)).to_string() })]

@@ -138,8 +138,8 @@ impl State {
     }
 
     /// Records a request and takes what answers it: the script's next step for a main-loop request (each call
-    /// with an id `PREFIX_N`), the side answer for any other.
-    fn take(&mut self, method: &Method, path: &str, body: Value, main_loop: bool, prefix: &str) -> Reply {
+    /// with an id `PREFIX_N`), the side answer for any other; and a fresh number for the turn's own id.
+    fn take(&mut self, method: &Method, path: &str, body: Value, main_loop: bool, prefix: &str) -> (Reply, u64) {
         self.requests.push(RecordedRequest { method: method.to_string(), path: path.to_owned(), body, main_loop });
         let step = if main_loop {
             self.script.pop_front().unwrap_or_else(|| Step::text(SCRIPT_EXHAUSTED_ANSWER))
@@ -149,10 +149,18 @@ impl State {
         let calls = match step {
             Step::ToolUse { name, input } => vec![ToolCall { name, input }],
             Step::ToolUses(calls) => calls,
-            Step::Text(text) => return Reply::Text(text),
+            Step::Text(text) => return (Reply::Text(text), self.next_id()),
         };
-        Reply::Calls(calls.into_iter().map(|call| (format!("{prefix}_{}", self.next_id()), call)).collect())
+        let reply =
+            Reply::Calls(calls.into_iter().map(|call| (format!("{prefix}_{}", self.next_id()), call)).collect());
+        (reply, self.next_id())
     }
+}
+
+/// Whether a request offers tools (a non-empty `tools` list): the agent's main loop, in the formats that say so
+/// that way (Anthropic's, OpenAI's).
+fn offers_tools(body: &Value) -> bool {
+    body.get("tools").and_then(Value::as_array).is_some_and(|tools| !tools.is_empty())
 }
 
 /// What the script answers one request with, in any format.

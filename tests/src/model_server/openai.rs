@@ -11,10 +11,6 @@ pub(super) fn models() -> Value {
     json!({ "object": "list", "data": [{ "id": "scripted", "object": "model", "created": 0, "owned_by": "warden-tests" }] })
 }
 
-fn offers_tools(body: &Value) -> bool {
-    body.get("tools").and_then(Value::as_array).is_some_and(|tools| !tools.is_empty())
-}
-
 fn model(body: &Value) -> String {
     body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned()
 }
@@ -49,11 +45,7 @@ pub(super) fn responses(
         .filter(|tool| tool.get("type").and_then(Value::as_str) == Some("custom"))
         .filter_map(|tool| tool.get("name").and_then(Value::as_str).map(str::to_owned))
         .collect();
-    let (reply, id) = {
-        let mut state = lock(state);
-        let reply = state.take(method, path, body, main_loop, "call_scripted");
-        (reply, state.next_id())
-    };
+    let (reply, id) = lock(state).take(method, path, body, main_loop, "call_scripted");
     let items: Vec<Value> = match reply {
         Reply::Text(text) => vec![json!({
             "type": "message", "id": format!("msg_scripted_{id}"), "role": "assistant", "status": "completed",
@@ -172,11 +164,7 @@ pub(super) fn chat(
     let main_loop = offers_tools(&body);
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let model = model(&body);
-    let (reply, id) = {
-        let mut state = lock(state);
-        let reply = state.take(method, path, body, main_loop, "call_scripted");
-        (reply, state.next_id())
-    };
+    let (reply, id) = lock(state).take(method, path, body, main_loop, "call_scripted");
     let (content, tool_calls, finish) = match reply {
         Reply::Text(text) => (Value::String(text), Vec::new(), "stop"),
         Reply::Calls(calls) => (

@@ -78,11 +78,7 @@ when { context has destination && context.destination == "127.0.0.2" && context 
     let mut command = machine.warden_run(&monitor.endpoint, &args);
     command.env("ANTHROPIC_API_KEY", "sk-ant-real-claude").env("ANTHROPIC_BASE_URL", model.https_url());
     let out = output(command).await;
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let answer: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
-    assert_eq!(answer["result"], "all done", "{answer}");
+    let (answer, _) = all_done(&out);
 
     assert_eq!(machine.read("ran.txt"), "ran\n", "the Bash tool ran");
     assert!(!machine.workspace().join("deployed.txt").exists(), "a tool Warden denied ran");
@@ -169,11 +165,7 @@ forbid (principal, action == Action::"tool.call", resource) when { resource.name
     let mut command = machine.warden_run(&monitor.endpoint, &args);
     command.env("ANTHROPIC_API_KEY", "sk-ant-mcp").env("ANTHROPIC_BASE_URL", model.base_url());
     let out = output(command).await;
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let answer: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
-    assert_eq!(answer["result"], "all done", "{answer}");
+    all_done(&out);
     let results = model.tool_results();
     let echo = results.iter().find(|r| r.content.contains("hello from the box"));
     assert!(echo.is_some_and(|r| !r.is_error), "{results:?}");
@@ -214,12 +206,8 @@ async fn claude_code_cannot_send_out_what_it_read_after_reading_the_web() {
     };
     let (out, model) = trifecta_run(&machine, &claude, &monitor.endpoint, "trifecta-claude", upload, "Bash").await;
 
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (_, stderr) = all_done(&out);
     println!("{stderr}");
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let answer: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
-    assert_eq!(answer["result"], "all done", "{answer}");
 
     let paths: Vec<String> = model.all_requests().iter().map(|r| format!("{} {}", r.method, r.path)).collect();
     assert!(paths.iter().any(|p| p == "GET /page/news"), "the page was fetched: {paths:?}");
@@ -235,6 +223,17 @@ async fn claude_code_cannot_send_out_what_it_read_after_reading_the_web() {
     assert!(stderr.contains("label untrusted-input gained (hook, http.request GET"), "{stderr}");
     assert!(stderr.contains("label private-data gained (hook, fs.read"), "{stderr}");
     monitor.server.stop().await.unwrap();
+}
+
+/// Claude Code's answer (`-p --output-format json`) of a run that succeeded
+/// and ended with the script's "all done", and warden-run's standard error.
+fn all_done(out: &Output) -> (serde_json::Value, String) {
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let answer: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
+    assert_eq!(answer["result"], "all done", "{answer}");
+    (answer, stderr)
 }
 
 /// The trifecta's run: Claude Code in the box fetches an untrusted page of
@@ -349,11 +348,7 @@ async fn claude_code_cannot_send_through_an_mcp_tool_what_it_read_after_reading_
     let send = |_: &str| Step::tool_use("mcp__slack__echo", serde_json::json!({"message": "the merger closes friday"}));
     let (out, model) = trifecta_run(&machine, &claude, &monitor.endpoint, "trifecta-mcp", send, "mcp__slack").await;
 
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let answer: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
-    assert_eq!(answer["result"], "all done", "{answer}");
+    let (_, stderr) = all_done(&out);
 
     let results = model.tool_results();
     assert_eq!(results.len(), 3, "{results:?}");
