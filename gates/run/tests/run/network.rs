@@ -108,6 +108,21 @@ permit (principal, action == Action::"http.request", resource) when {{ resource.
     assert_eq!(sessions, ["trifecta-1"; 3], "{decided:?}");
     assert!(decided[1].1.contains("notes.txt"), "the hook's read: {decided:?}");
     assert_eq!(decided[2].2, pb::Outcome::Pending as i32, "{decided:?}");
+    // The security team's view: one session, with the labels both gates gave.
+    let wardenctl = Path::new(env!("CARGO_BIN_EXE_warden-run")).with_file_name("wardenctl");
+    if wardenctl.exists() {
+        let shown = Command::new(&wardenctl)
+            .args(["sessions", "show", "trifecta-1", "--user", "alice", "--endpoint", &monitor.endpoint])
+            .env("WARDEN_TOKEN", ADMIN)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&shown.stdout);
+        assert!(shown.status.success(), "{text}{}", String::from_utf8_lossy(&shown.stderr));
+        assert!(text.contains("private-data") && text.contains("untrusted-input"), "{text}");
+    } else {
+        assert!(std::env::var_os("WARDEN_REQUIRE_SANDBOX").is_none(), "{} is not built", wardenctl.display());
+        println!("skipped the wardenctl check: {} is not built", wardenctl.display());
+    }
     monitor.server.stop().await.unwrap();
 }
 
