@@ -406,6 +406,7 @@ async fn an_admin_over_mutual_tls_needs_no_token() {
         }),
         socket: None,
         audit: Default::default(),
+        store: None,
     };
     let server = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
     let endpoint = format!("https://{}", server.addr());

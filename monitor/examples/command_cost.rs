@@ -159,6 +159,7 @@ fn end_to_end(calls: usize) {
             tls: None,
             socket: None,
             audit: Default::default(),
+            store: None,
             monitor: MonitorConfig { policy_dir: policies, ..MonitorConfig::default() },
         };
         let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();

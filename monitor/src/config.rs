@@ -121,6 +121,24 @@ pub struct FileConfig {
     /// `[audit]`: retention of the audit log.
     #[serde(default)]
     pub(crate) audit: AuditFile,
+    /// `[store]`: PostgreSQL instead of the embedded store.
+    #[serde(default)]
+    pub(crate) store: StoreFile,
+}
+
+/// The `[store]` table.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StoreFile {
+    /// `postgres://USER@HOST:PORT/DB?sslmode=verify-full`: the state and
+    /// audit of several monitors (default: the embedded store in the data
+    /// folder).
+    pub(crate) url: Option<String>,
+    /// A file whose first line is the database password (never in the URL).
+    pub(crate) password_file: Option<PathBuf>,
+    /// The CA (PEM) that signed the database's certificate (default: the
+    /// system's CAs).
+    pub(crate) ca_file: Option<PathBuf>,
 }
 
 /// The `[audit]` table.
@@ -270,6 +288,8 @@ pub struct Settings {
     pub credentials: Vec<CredentialConfig>,
     /// `[audit]`.
     pub audit: AuditConfig,
+    /// PostgreSQL (`[store] url` or `--store`); `None`: the embedded store.
+    pub store: Option<crate::store::postgres::PgOptions>,
 }
 
 /// Values given on the command line; `None` leaves the file's or the default.
@@ -283,6 +303,8 @@ pub struct Overrides {
     pub data: Option<PathBuf>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--store`.
+    pub store: Option<String>,
 }
 
 impl Settings {
@@ -327,6 +349,7 @@ impl Settings {
             web_origin: file.web_origin,
             credentials: file.credentials,
             audit: audit_config(file.audit)?,
+            store: store_config(flags.store, file.store)?,
         })
     }
 }
@@ -502,4 +525,24 @@ mod tests {
         assert_eq!(settings.default_approval_timeout, Duration::from_secs(900));
         assert!(toml::from_str::<FileConfig>("lisen = \"x\"").is_err());
     }
+}
+
+/// `--store` over `[store] url`; the password file and CA only with a URL.
+fn store_config(
+    flag: Option<String>,
+    file: StoreFile,
+) -> Result<Option<crate::store::postgres::PgOptions>, ConfigError> {
+    let Some(url) = flag.or(file.url) else {
+        if file.password_file.is_some() || file.ca_file.is_some() {
+            return Err(ConfigError::Value {
+                key: "store",
+                message: "password_file and ca_file are for a PostgreSQL store: give its url too".into(),
+            });
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(ConfigError::Value { key: "store.url", message: format!("`{url}` is not a postgres:// URL") });
+    }
+    Ok(Some(crate::store::postgres::PgOptions { url, password_file: file.password_file, ca_file: file.ca_file }))
 }

@@ -287,16 +287,12 @@ impl pb::admin_server::Admin for AdminService {
         let next = if message.from_seq > 0 {
             message.from_seq
         } else if message.since_unix_ns != 0 {
-            let (store, since) = (self.monitor.store().clone(), message.since_unix_ns);
-            tokio::task::spawn_blocking(move || store.seq_at_time(since))
-                .await
-                .map_err(|e| Status::internal(format!("reading the audit log: {e}")))?
-                .map_err(CallError::from)?
+            self.monitor.store().seq_at_time(message.since_unix_ns).await.map_err(CallError::from)?
         } else {
             self.monitor.audit_start(u64::from(count), message.all)?
         };
         let store = self.monitor.store().clone();
-        let mut cursor = Some(store.audit_cursor(next));
+        let mut cursor = store.audit_cursor(next);
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let follow = message.follow;
         let mut shutdown = self.monitor.shutdown();
@@ -305,22 +301,7 @@ impl pb::admin_server::Admin for AdminService {
             // only say that there is more to read.
             loop {
                 loop {
-                    // File reads, off the async threads.
-                    let Some(mut reading) = cursor.take() else { return };
-                    let reader = store.clone();
-                    let read = tokio::task::spawn_blocking(move || {
-                        let page = reader.audit_page(&mut reading, TAIL_PAGE);
-                        (reading, page)
-                    })
-                    .await;
-                    let page = match read {
-                        Ok((reading, page)) => {
-                            cursor = Some(reading);
-                            page
-                        }
-                        Err(e) => Err(crate::store::StoreError::BatchFailed(format!("reading the audit log: {e}"))),
-                    };
-                    let page = match page {
+                    let page = match store.audit_page(&mut cursor, TAIL_PAGE).await {
                         Ok(page) => page,
                         Err(e) => {
                             let _ = tx.send(Err(Status::from(CallError::from(e)))).await;
@@ -427,7 +408,7 @@ impl pb::admin_server::Admin for AdminService {
 
     async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {
         let m = request.into_inner();
-        let view = self.monitor.session(&SessionQuery { session: m.session, user: m.user, harness: m.harness })?;
+        let view = self.monitor.session(&SessionQuery { session: m.session, user: m.user, harness: m.harness }).await?;
         Ok(Response::new(session_to_proto(view)))
     }
 
@@ -444,7 +425,7 @@ impl pb::admin_server::Admin for AdminService {
 
     async fn explain(&self, request: Request<pb::AuthorizeRequest>) -> Result<Response<pb::Explanation>, Status> {
         let input = request_input(request.into_inner()).map_err(CallError::from)?;
-        let (evaluation, traces) = self.monitor.explain(&input)?;
+        let (evaluation, traces) = self.monitor.explain(&input).await?;
         Ok(Response::new(explanation_to_proto(input.request_id, evaluation, traces)))
     }
 
@@ -511,10 +492,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         _request: Request<pb::VerifyAuditRequest>,
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
-        let monitor = Arc::clone(&self.monitor);
-        let (report, checkpoint) = tokio::task::spawn_blocking(move || monitor.verify_audit())
-            .await
-            .map_err(|_| Status::internal("verification did not finish"))?;
+        let (report, checkpoint) = self.monitor.verify_audit().await;
         let (first_bad_seq, error) = report.first_bad.clone().unwrap_or_default();
         Ok(Response::new(pb::VerifyAuditResponse {
             ok: report.ok(),
@@ -581,7 +559,7 @@ impl pb::approvals_server::Approvals for ApprovalsService {
                     .ok_or_else(|| CallError::from(InvalidInput::new("page_token", "is not a token of this list")))?,
             )
         };
-        let pending = self.monitor.list_pending()?;
+        let pending = self.monitor.list_pending().await?;
         let mut rest = pending
             .into_iter()
             .filter(|a| after.as_ref().is_none_or(|(at, id)| (a.expires_unix_ns, &a.approval_id) > (*at, id)))
@@ -605,7 +583,7 @@ impl pb::approvals_server::Approvals for ApprovalsService {
     }
 
     async fn get_approval(&self, request: Request<pb::GetApprovalRequest>) -> Result<Response<pb::Approval>, Status> {
-        let approval = self.monitor.approval(&request.into_inner().approval_id)?;
+        let approval = self.monitor.approval(&request.into_inner().approval_id).await?;
         Ok(Response::new(approval_to_proto(approval)))
     }
 
@@ -614,7 +592,7 @@ impl pb::approvals_server::Approvals for ApprovalsService {
         request: Request<pb::WatchPendingRequest>,
     ) -> Result<Response<ApprovalStream>, Status> {
         let caller = caller(&request)?;
-        let (current, mut events) = self.monitor.watch_pending()?;
+        let (current, mut events) = self.monitor.watch_pending().await?;
         let mut shutdown = self.monitor.shutdown();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         tokio::spawn(async move {

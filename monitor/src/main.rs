@@ -38,9 +38,15 @@ struct Flags {
     /// Policy folder: schema.cedarschema, *.cedar, entities.json [default: ./policies]
     #[arg(long, value_name = "DIR")]
     policies: Option<PathBuf>,
-    /// Data folder: the sled store, tokens and credentials [default: ./.warden]
+    /// Data folder: the embedded store, tokens and credentials [default: ./.warden]
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    /// Keep the state and the audit log in PostgreSQL, shared by several
+    /// monitors: postgres://USER@HOST:PORT/DB (a password only in the
+    /// configuration's `[store] password_file`) [default: the embedded
+    /// store in the data folder]
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// TOML configuration file (listen, policies, data, log_format,
     /// default_approval_timeout, [[credentials]]); flags override it
     #[arg(long, value_name = "FILE")]
@@ -133,7 +139,13 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     };
     let settings = Settings::merge(
         file,
-        Overrides { listen: flags.listen, policies: flags.policies, data: flags.data, log_format: flags.log_format },
+        Overrides {
+            listen: flags.listen,
+            policies: flags.policies,
+            data: flags.data,
+            log_format: flags.log_format,
+            store: flags.store,
+        },
     )?;
     let read = |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
     let tls = match (
@@ -209,6 +221,7 @@ async fn serve(
         durability: settings.durability,
         checkpoint_every: settings.checkpoint_interval,
         audit: settings.audit.clone(),
+        store: settings.store.clone(),
         tls,
         socket: match flags_socket.or(settings.socket.clone()) {
             Some(path) => {

@@ -254,11 +254,10 @@ where
 
 /// Serves `GET /metrics` on `listener` with what `render` gives, until
 /// `stopped` resolves.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    render: Arc<dyn Fn() -> String + Send + Sync>,
-    stopped: impl Future<Output = ()> + Send,
-) {
+/// The metrics text, read when asked.
+pub(crate) type Render = Arc<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = String> + Send>> + Send + Sync>;
+
+pub(crate) async fn serve(listener: tokio::net::TcpListener, render: Render, stopped: impl Future<Output = ()> + Send) {
     use hyper::service::service_fn;
     let mut stopped = std::pin::pin!(stopped);
     loop {
@@ -280,7 +279,7 @@ pub(crate) async fn serve(
                     if request.method() == http::Method::GET && request.uri().path() == "/metrics" {
                         http::Response::builder()
                             .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-                            .body(http_body_util::Full::new(bytes::Bytes::from(render())))
+                            .body(http_body_util::Full::new(bytes::Bytes::from(render().await)))
                     } else {
                         http::Response::builder()
                             .status(http::StatusCode::NOT_FOUND)

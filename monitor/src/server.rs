@@ -34,6 +34,14 @@ pub enum ServerError {
     /// The credentials are wrong.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
+    /// PostgreSQL cannot be used.
+    #[error("cannot use the store at {url}: {error}")]
+    Database {
+        /// The store's URL.
+        url: String,
+        /// Why.
+        error: StoreError,
+    },
     /// The store does not open.
     #[error("cannot open the store in {dir}: {error}")]
     Store {
@@ -77,6 +85,9 @@ pub struct ServerConfig {
     pub socket: Option<UnixSocket>,
     /// Retention and layout of the audit log.
     pub audit: crate::config::AuditConfig,
+    /// PostgreSQL, shared with other monitors; `None`: the embedded store
+    /// in the data folder.
+    pub store: Option<crate::store::postgres::PgOptions>,
 }
 
 /// A Unix-socket listener whose peers are admitted by uid (SO_PEERCRED),
@@ -106,6 +117,7 @@ impl ServerConfig {
             tls: None,
             socket: None,
             audit: crate::config::AuditConfig::default(),
+            store: None,
         }
     }
 }
@@ -116,7 +128,7 @@ pub struct RunningServer {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServerError>>,
     /// The metrics in Prometheus's text format, read now.
-    scrape: Arc<dyn Fn() -> String + Send + Sync>,
+    scrape: crate::metrics::Render,
     shutdown: Shutdown,
     /// For the approval page: the monitor (while it runs), the credentials
     /// and the listener's TLS.
@@ -225,9 +237,20 @@ pub async fn start_with_signal(
     }
     let credentials = Arc::new(Credentials::new(&config.credentials)?);
     let store_dir = config.data.join(STORE_DIR);
-    let (store, closer) = Store::open_with(&store_dir, config.durability, config.audit.segment_bytes)
-        .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
-    warn_if_disk_nearly_full(&store_dir, &config.audit);
+    let opened = match &config.store {
+        Some(pg) => crate::store::postgres::Postgres::open(pg)
+            .await
+            .map(|(store, closer)| (Store::Postgres(store), closer))
+            .map_err(|error| ServerError::Database { url: pg.url.clone(), error }),
+        None => {
+            let opened = crate::store::Embedded::open_with(&store_dir, config.durability, config.audit.segment_bytes)
+                .map(|(store, closer)| (Store::Embedded(store), closer))
+                .map_err(|error| ServerError::Store { dir: store_dir.clone(), error });
+            warn_if_disk_nearly_full(&store_dir, &config.audit);
+            opened
+        }
+    };
+    let (store, closer) = opened?;
     tracing::info!(
         policies = snapshot.len(),
         policy_version = %snapshot.version,
@@ -237,7 +260,8 @@ pub async fn start_with_signal(
     let (shutdown_switch, shutdown) = Shutdown::new();
     let shutdown_signal = shutdown.clone();
     let monitor_config = MonitorConfig { policy_dir: config.policies.clone(), ..config.monitor.clone() };
-    let monitor = Monitor::new(snapshot, store, monitor_config, shutdown)
+    let monitor = Monitor::open(snapshot, store, monitor_config, shutdown)
+        .await
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
     let key_path = config.data.join(crate::config::CHECKPOINT_KEY_FILE);
     let key = crate::checkpoint::CheckpointKey::load_or_create(&key_path).map_err(ServerError::Task)?;
@@ -276,14 +300,23 @@ pub async fn start_with_signal(
     let sweeper = tokio::spawn(sweep(Arc::clone(&monitor)));
     let signer = tokio::spawn(sign_checkpoints(Arc::clone(&monitor)));
     let retainer = tokio::spawn(retain(Arc::clone(&monitor), config.audit.clone()));
+    let shared = match monitor.store() {
+        Store::Postgres(pg) => Some(tokio::spawn(follow_shared(Arc::clone(&monitor), pg.clone()))),
+        Store::Embedded(_) => None,
+    };
     // A change in the policy folder is loaded within a second.
     let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
         .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
-    let scrape: Arc<dyn Fn() -> String + Send + Sync> = {
+    let scrape: crate::metrics::Render = {
         let (monitor, data) = (Arc::downgrade(&monitor), config.data.clone());
-        Arc::new(move || match monitor.upgrade() {
-            Some(monitor) => monitor.metrics_text(&data),
-            None => String::new(),
+        Arc::new(move || {
+            let (monitor, data) = (monitor.upgrade(), data.clone());
+            Box::pin(async move {
+                match monitor {
+                    Some(monitor) => monitor.metrics_text(&data).await,
+                    None => String::new(),
+                }
+            })
         })
     };
     let shutdown = monitor.shutdown();
@@ -320,6 +353,9 @@ pub async fn start_with_signal(
         let _ = sweeper.await;
         let _ = signer.await;
         let _ = retainer.await;
+        if let Some(shared) = shared {
+            let _ = shared.await;
+        }
         let _ = watcher.await;
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
@@ -344,6 +380,42 @@ fn store_free(dir: &std::path::Path) -> bool {
     match std::fs::File::open(dir.join("db")) {
         Ok(file) => file.try_lock_exclusive().and_then(|()| FileExt::unlock(&file)).is_ok(),
         Err(_) => true,
+    }
+}
+
+/// How often a monitor on PostgreSQL says what it serves (`warden_replicas`).
+const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// On PostgreSQL, until shutdown: reloads the grants and locks when another
+/// monitor changed them (or the listener reconnected, when it may have
+/// missed it), and says every `REPORT_EVERY` which policies this one serves.
+async fn follow_shared(monitor: Arc<Monitor>, pg: crate::store::postgres::Postgres) {
+    let mut shutdown = monitor.shutdown();
+    let mut changes = pg.state_changes();
+    let started = crate::service::unix_ns(monitor.now());
+    let mut report = tokio::time::interval(REPORT_EVERY);
+    report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.stopped() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                if let Err(e) = monitor.reload_shared_state().await {
+                    tracing::error!(error = %e, "cannot reload grants and locks from PostgreSQL");
+                }
+            }
+            _ = report.tick() => {
+                let status = monitor.policy_status();
+                let now = crate::service::unix_ns(monitor.now());
+                if let Err(e) =
+                    pg.report_replica(started, now, &status.version, status.loaded_at_unix_ns, &status.error).await
+                {
+                    tracing::warn!(error = %e, "cannot say in PostgreSQL which policies this monitor serves");
+                }
+            }
+        }
     }
 }
 
@@ -445,7 +517,7 @@ async fn sign_checkpoints(monitor: Arc<Monitor>) {
             () = tokio::time::sleep(every) => false,
             () = shutdown.stopped() => true,
         };
-        last = monitor.checkpoint_once(last);
+        last = monitor.checkpoint_once(last).await;
         if stopping {
             return;
         }

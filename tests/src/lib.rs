@@ -5,6 +5,8 @@
 //! - [`monitor`]: a real monitor deciding by a policy text of a test's own.
 //! - [`wait`]: `eventually`, the one way tests wait for an event.
 //! - [`net`]: `Untouched`, an endpoint no client may reach.
+//! - [`postgres`]: `PgCluster`, a PostgreSQL server of a test's own.
+//! - [`replicas`]: `Replica`, a `wardend` process on a shared PostgreSQL store.
 //! - [`version`]: what every binary's `--version` must print.
 
 #![deny(missing_docs)]
@@ -13,5 +15,7 @@ pub mod claude_code;
 pub mod model_server;
 pub mod monitor;
 pub mod net;
+pub mod postgres;
+pub mod replicas;
 pub mod version;
 pub mod wait;

@@ -40,6 +40,7 @@ pub async fn start_with_policies(policies: &str, credentials: Vec<CredentialConf
         tls: None,
         socket: None,
         audit: Default::default(),
+        store: None,
         monitor: MonitorConfig { policy_dir: dir.path().to_owned(), ..MonitorConfig::default() },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -85,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
         tls: None,
         socket: None,
         audit: Default::default(),
+        store: None,
         monitor: MonitorConfig { policy_dir: policies.path().to_owned(), ..MonitorConfig::default() },
     };
     let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await?).await?;

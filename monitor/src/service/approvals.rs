@@ -4,20 +4,25 @@ use super::*;
 
 impl Monitor {
     /// Pending approvals, earliest deadline first.
-    pub(crate) fn list_pending(&self) -> Result<Vec<ApprovalRecord>, CallError> {
-        Ok(self.store.pending()?)
+    pub(crate) async fn list_pending(&self) -> Result<Vec<ApprovalRecord>, CallError> {
+        Ok(self.store.pending().await?)
     }
 
     /// One approval, pending or not.
-    pub(crate) fn approval(&self, approval_id: &str) -> Result<ApprovalRecord, CallError> {
+    pub(crate) async fn approval(&self, approval_id: &str) -> Result<ApprovalRecord, CallError> {
         check_approval_id(approval_id)?;
-        self.store.approval(approval_id)?.ok_or_else(|| CallError::NotFound(format!("no approval `{approval_id}`")))
+        self.store
+            .approval(approval_id)
+            .await?
+            .ok_or_else(|| CallError::NotFound(format!("no approval `{approval_id}`")))
     }
 
     /// Pending approvals now, and a receiver of every change from now on.
-    pub(crate) fn watch_pending(&self) -> Result<(Vec<ApprovalRecord>, broadcast::Receiver<ApprovalEvent>), CallError> {
+    pub(crate) async fn watch_pending(
+        &self,
+    ) -> Result<(Vec<ApprovalRecord>, broadcast::Receiver<ApprovalEvent>), CallError> {
         let events = self.store.approval_events();
-        Ok((self.store.pending()?, events))
+        Ok((self.store.pending().await?, events))
     }
 
     /// An approver approves or denies. Approving re-evaluates the stored
@@ -45,7 +50,7 @@ impl Monitor {
             return Err(InvalidInput::new("grant_for_seconds", "a window comes only with an approval").into());
         }
         self.check_ttl("grant_for_seconds", resolution.grant_for_seconds)?;
-        let Some(approval) = self.store.approval(&resolution.approval_id)? else {
+        let Some(approval) = self.store.approval(&resolution.approval_id).await? else {
             return Err(CallError::NotFound(format!("approval `{}` does not exist", resolution.approval_id)));
         };
         // The window's grant, checked before anything is resolved. A parent
@@ -121,7 +126,7 @@ impl Monitor {
         // Serialized with locks and grant changes: a lock either comes
         // before this (and denies it) or after (and finds it resolved).
         let _admin = self.admin.lock().await;
-        let (snapshot, facts) = self.facts(&approval.request.actor, &approval.harness)?;
+        let (snapshot, facts) = self.facts(&approval.request.actor, &approval.harness).await?;
         // Who may approve is asked of the policies of this moment too: a
         // forbid added since the request went PENDING names its own
         // approvers.
@@ -299,7 +304,7 @@ impl Monitor {
                 tracing::error!(grant_id = %grant.grant_id, error = %e, "cannot remove an expired grant");
             }
         }
-        let due = match self.store.pending_until(now) {
+        let due = match self.store.pending_until(now).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read pending approvals");

@@ -10,8 +10,8 @@ impl Monitor {
     }
 
     /// Walks the audit chain; with a key, signs the verified head.
-    pub(crate) fn verify_audit(&self) -> (VerifyReport, Option<crate::checkpoint::Checkpoint>) {
-        let mut report = self.store.verify();
+    pub(crate) async fn verify_audit(&self) -> (VerifyReport, Option<crate::checkpoint::Checkpoint>) {
+        let mut report = self.store.verify().await;
         match &self.checkpoints {
             Some(c) => crate::checkpoint::check_base(&mut report, &c.log, Some(&c.key.public_hex())),
             None => crate::checkpoint::check_base(&mut report, std::path::Path::new(""), None),
@@ -33,11 +33,11 @@ impl Monitor {
 
     /// Signs the newest durable record into the checkpoint log, unless it
     /// is `last` (signed already); returns the sequence number signed now.
-    pub(crate) fn checkpoint_once(&self, last: u64) -> u64 {
+    pub(crate) async fn checkpoint_once(&self, last: u64) -> u64 {
         let Some(checkpoints) = &self.checkpoints else { return last };
         // The newest durable record, not merely the newest written.
         let durable = self.store.durable_seq();
-        let head = match self.store.hash_at(durable) {
+        let head = match self.store.hash_at(durable).await {
             Ok(Some(hash)) => crate::store::Head { seq: durable, hash },
             Ok(None) => return last,
             Err(e) => {

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// How often one request is decided again because its session's labels
+/// changed meanwhile, before it fails (as unavailable: try again).
+const MAX_DECISION_TRIES: usize = 16;
+
+/// How often a harness waiting on an approval reads it from a store whose
+/// events may be missed (PostgreSQL's, while a listener reconnects).
+const LOOK_EVERY: Duration = Duration::from_secs(2);
+
 impl Monitor {
     /// Decides one request for a harness and records it durably before
     /// answering. The same `request_id` from the same harness gets the same
@@ -32,75 +40,88 @@ impl Monitor {
         };
         self.rate_limit(caller, &request.actor).await?;
         let request_hash = request_hash(&input);
-        let now = self.now();
-        let (snapshot, facts) = self.facts(&request.actor, &caller.name)?;
-        let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
-        // What the policies say now, before the cap on waiting approvals
-        // (which a replay of a waiting request would itself count towards).
-        let fresh = evaluation.outcome;
-        if evaluation.outcome == Outcome::Pending
-            && let Some(full) = self.approvals_full(caller, &request.actor, unix_ns(now))?
-        {
-            evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
-        }
-        let decided = Decided {
-            caller,
-            input: &input,
-            request: &request,
-            request_hash,
-            snapshot: &snapshot,
-            evaluation: &evaluation,
-            now_ns: unix_ns(now),
-            request_id: if input.request_id.is_empty() {
-                format!("wdn-{}", uuid::Uuid::new_v4())
-            } else {
-                input.request_id.clone()
-            },
-            approval_id: match evaluation.outcome {
-                Outcome::Pending => format!("apr-{}", uuid::Uuid::new_v4()),
-                _ => String::new(),
-            },
+        let request_id = if input.request_id.is_empty() {
+            format!("wdn-{}", uuid::Uuid::new_v4())
+        } else {
+            input.request_id.clone()
         };
-        // The writer looks the idempotency key up (the service does not read
-        // it first: a replay is rare, a lookup on every request is not) and
-        // hands back the earlier decision instead of appending. No replay
-        // once the session is locked, or once a grant the earlier decision
-        // relied on is gone: then this decision is recorded under the key
-        // instead.
-        let actor = &input.actor;
-        let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
-        loop {
-            let earlier = match self.store.commit(decided.commit(replay)).await? {
-                Committed::New { decision: Some(decision), .. } => {
-                    // Every decision is in the audit log; this line only at
-                    // debug level (WARDEN_LOG=debug): at thousands a second,
-                    // a line each on stderr cost more than the decision.
-                    tracing::debug!(
-                        outcome = decision.outcome.as_str(),
-                        action = %request.action,
-                        resource = %request.resource.display_uid(),
-                        user = %request.actor.user,
-                        audit_seq = decision.audit_seq,
-                        "decided"
-                    );
-                    return Ok(decision);
-                }
-                Committed::Replay(earlier) => earlier,
-                Committed::KeyReused(earlier) if earlier.request_hash == legacy_request_hash(&input) => {
-                    earlier.decision
-                }
-                Committed::KeyReused(_) => return Err(key_reused(&decided.request_id)),
-                other => return Err(unexpected(other)),
-            };
-            // The remembered decision stands while a fresh one says the
-            // same: a change of what it depended on beyond the policy
-            // version (the session's labels, a grant gone or new, the
-            // user's rights) is decided afresh and recorded under the key.
-            if earlier.outcome == fresh && self.grants_active(&earlier.grant_ids, decided.now_ns) {
-                return self.answer_again(&decided, earlier).await;
+        // Decided again while another decision of the same session changed
+        // its labels first (the writer compares); each try follows a
+        // committed change, and labels only grow, so this ends.
+        for _ in 0..MAX_DECISION_TRIES {
+            let now = self.now();
+            let (snapshot, facts) = self.facts(&request.actor, &caller.name).await?;
+            let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
+            // What the policies say now, before the cap on waiting approvals
+            // (which a replay of a waiting request would itself count towards).
+            let fresh = evaluation.outcome;
+            if evaluation.outcome == Outcome::Pending
+                && let Some(full) = self.approvals_full(caller, &request.actor, unix_ns(now)).await?
+            {
+                evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
             }
-            replay = false;
+            let decided = Decided {
+                caller,
+                input: &input,
+                request: &request,
+                request_hash: request_hash.clone(),
+                snapshot: &snapshot,
+                evaluation: &evaluation,
+                now_ns: unix_ns(now),
+                request_id: request_id.clone(),
+                approval_id: match evaluation.outcome {
+                    Outcome::Pending => format!("apr-{}", uuid::Uuid::new_v4()),
+                    _ => String::new(),
+                },
+                seen_labels: &facts.labels,
+            };
+            // The writer looks the idempotency key up (the service does not
+            // read it first: a replay is rare, a lookup on every request is
+            // not) and hands back the earlier decision instead of appending.
+            // No replay once the session is locked, or once a grant the
+            // earlier decision relied on is gone: then this decision is
+            // recorded under the key instead.
+            let actor = &input.actor;
+            let mut replay = self.lock_of(&actor.session, &actor.user, &actor.agent).is_none();
+            loop {
+                let earlier = match self.store.commit(decided.commit(replay)).await? {
+                    Committed::New { decision: Some(decision), .. } => {
+                        // Every decision is in the audit log; this line only
+                        // at debug level (WARDEN_LOG=debug): at thousands a
+                        // second, a line each on stderr cost more than the
+                        // decision.
+                        tracing::debug!(
+                            outcome = decision.outcome.as_str(),
+                            action = %request.action,
+                            resource = %request.resource.display_uid(),
+                            user = %request.actor.user,
+                            audit_seq = decision.audit_seq,
+                            "decided"
+                        );
+                        return Ok(decision);
+                    }
+                    Committed::SessionMoved => break,
+                    Committed::Replay(earlier) => earlier,
+                    Committed::KeyReused(earlier) if earlier.request_hash == legacy_request_hash(&input) => {
+                        earlier.decision
+                    }
+                    Committed::KeyReused(_) => return Err(key_reused(&decided.request_id)),
+                    other => return Err(unexpected(other)),
+                };
+                // The remembered decision stands while a fresh one says the
+                // same: a change of what it depended on beyond the policy
+                // version (the session's labels, a grant gone or new, the
+                // user's rights) is decided afresh and recorded under the key.
+                if earlier.outcome == fresh && self.grants_active(&earlier.grant_ids, decided.now_ns) {
+                    return self.answer_again(&decided, earlier).await;
+                }
+                replay = false;
+            }
         }
+        Err(CallError::Unavailable(format!(
+            "session `{}` changed {MAX_DECISION_TRIES} times while this request was decided; try again",
+            request.actor.session
+        )))
     }
 
     /// What [`Monitor::authorize`] would answer now for the actor and action
@@ -149,7 +170,7 @@ impl Monitor {
         };
         self.rate_limit(caller, &actor).await?;
         let now = self.now();
-        let (snapshot, facts) = self.facts(&input.actor, &caller.name)?;
+        let (snapshot, facts) = self.facts(&input.actor, &caller.name).await?;
         let mut waiting: Option<Option<String>> = None;
         let mut results = Vec::with_capacity(requests.len());
         for request in &requests {
@@ -157,7 +178,7 @@ impl Monitor {
             if evaluation.outcome == Outcome::Pending {
                 let full = match &waiting {
                     Some(full) => full.clone(),
-                    None => waiting.insert(self.approvals_full(caller, &input.actor, unix_ns(now))?).clone(),
+                    None => waiting.insert(self.approvals_full(caller, &input.actor, unix_ns(now)).await?).clone(),
                 };
                 if let Some(full) = full {
                     evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
@@ -280,16 +301,29 @@ impl Monitor {
         check_approval_id(approval_id)?;
         // Subscribe before reading, so that a resolution cannot fall between.
         let mut events = self.store.approval_events();
-        let approval = self.approval_for_harness(caller, approval_id)?;
+        let approval = self.approval_for_harness(caller, approval_id).await?;
         if approval.state != ApprovalState::Pending {
             return self.settled(approval).await;
         }
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_AWAIT);
         let mut shutdown = self.shutdown();
+        // Where events may be missed (another monitor's change told while
+        // this one's listener was down), the store is read now and then.
+        let mut look = tokio::time::interval(LOOK_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        look.tick().await;
+        let may_miss = self.store.events_may_miss();
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(deadline) => break,
                 () = shutdown.stopped() => break,
+                _ = look.tick(), if may_miss => {
+                    if let Some(now) = self.store.approval(approval_id).await?
+                        && now.state != ApprovalState::Pending
+                    {
+                        return self.settled(now).await;
+                    }
+                }
                 event = events.recv() => match event {
                     Ok(ApprovalEvent { approval }) if approval.approval_id == approval_id => {
                         if approval.state != ApprovalState::Pending {
@@ -299,7 +333,7 @@ impl Monitor {
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Missed events: look at the store instead.
-                        if let Some(now) = self.store.approval(approval_id)?
+                        if let Some(now) = self.store.approval(approval_id).await?
                             && now.state != ApprovalState::Pending
                         {
                             return self.settled(now).await;
@@ -309,7 +343,7 @@ impl Monitor {
                 },
             }
         }
-        let approval = self.store.approval(approval_id)?.unwrap_or(approval);
+        let approval = self.store.approval(approval_id).await?.unwrap_or(approval);
         if approval.state != ApprovalState::Pending {
             return self.settled(approval).await;
         }
@@ -317,8 +351,12 @@ impl Monitor {
         Ok(self.unless_locked(&approval.request.actor, approval.decision))
     }
 
-    pub(super) fn approval_for_harness(&self, caller: &Caller, approval_id: &str) -> Result<ApprovalRecord, CallError> {
-        let Some(approval) = self.store.approval(approval_id)? else {
+    pub(super) async fn approval_for_harness(
+        &self,
+        caller: &Caller,
+        approval_id: &str,
+    ) -> Result<ApprovalRecord, CallError> {
+        let Some(approval) = self.store.approval(approval_id).await? else {
             return Err(CallError::NotFound(format!("approval `{approval_id}` does not exist")));
         };
         // Only the harness that asked waits for the answer.
@@ -344,6 +382,8 @@ pub(super) struct Decided<'a> {
     now_ns: i64,
     request_id: String,
     approval_id: String,
+    /// The session's labels the decision was made with.
+    seen_labels: &'a std::collections::BTreeSet<String>,
 }
 
 impl Decided<'_> {
@@ -430,6 +470,13 @@ impl Decided<'_> {
                 replay,
             }
         };
-        Commit { guard, decision: Some(decision), approval, session: Some(session), ..Commit::record(entry) }
+        Commit {
+            guard,
+            decision: Some(decision),
+            approval,
+            session: Some(session),
+            seen_labels: Some(self.seen_labels.clone()),
+            ..Commit::record(entry)
+        }
     }
 }

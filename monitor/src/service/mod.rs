@@ -329,19 +329,44 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 impl Monitor {
     /// A monitor deciding with `snapshot` and recording in `store`, with the
     /// grants and locks the store holds.
-    pub(crate) fn new(
+    pub(crate) async fn open(
         snapshot: PolicySnapshot,
         store: Store,
         config: MonitorConfig,
         shutdown: Shutdown,
     ) -> Result<Self, StoreError> {
-        let (grants, problems) = GrantBook::load(store.grants()?, &snapshot);
+        let (grants, locks) = (store.grants().await?, store.locks().await?);
+        Ok(Self::with_state(snapshot, store, config, shutdown, grants, locks))
+    }
+
+    /// A monitor on an embedded store, for tests that build one without
+    /// awaiting.
+    #[cfg(test)]
+    pub(crate) fn new(
+        snapshot: PolicySnapshot,
+        store: crate::store::Embedded,
+        config: MonitorConfig,
+        shutdown: Shutdown,
+    ) -> Result<Self, StoreError> {
+        let (grants, locks) = (store.grants()?, store.locks()?);
+        Ok(Self::with_state(snapshot, Store::Embedded(store), config, shutdown, grants, locks))
+    }
+
+    fn with_state(
+        snapshot: PolicySnapshot,
+        store: Store,
+        config: MonitorConfig,
+        shutdown: Shutdown,
+        grants: Vec<Grant>,
+        locks: Vec<Lock>,
+    ) -> Self {
+        let (grants, problems) = GrantBook::load(grants, &snapshot);
         for (grant_id, problem) in &problems {
             tracing::warn!(%grant_id, %problem, "a stored grant no longer fits the policies and does not apply");
         }
-        let locks = store.locks()?.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
+        let locks = locks.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         let status = status_of(&snapshot, unix_ns((config.clock)()), &problems);
-        Ok(Self {
+        Self {
             metrics: Arc::new(crate::metrics::Metrics::new(store.append_seconds())),
             limiter: crate::ratelimit::Limiter::default(),
             checkpoints: None,
@@ -354,7 +379,7 @@ impl Monitor {
             admin: tokio::sync::Mutex::new(()),
             shutdown,
             passkeys: Arc::new(crate::passkeys::Book::empty()),
-        })
+        }
     }
 
     pub(crate) fn now(&self) -> OffsetDateTime {
@@ -364,11 +389,11 @@ impl Monitor {
     /// The policies in force and what the decision needs to know of the
     /// session beyond the request. The policies and the grants compiled
     /// against them are read together, so a request never sees half a reload.
-    fn facts(&self, actor: &Actor, harness: &str) -> Result<(Arc<PolicySnapshot>, SessionFacts), StoreError> {
+    async fn facts(&self, actor: &Actor, harness: &str) -> Result<(Arc<PolicySnapshot>, SessionFacts), StoreError> {
         // A session is its harness's and user's (the key), so no other
         // harness or user can reach its labels by naming its id; within it,
         // it belongs to the agent that first used it.
-        let record = self.store.session(&SessionKey::of(actor, harness))?;
+        let record = self.store.session(&SessionKey::of(actor, harness)).await?;
         let claimed = record.as_ref().filter(|r| r.agent != actor.agent).map(|r| {
             format!("session `{}` belongs to agent `{}`, not to agent `{}`", actor.session, r.agent, actor.agent)
         });
@@ -463,15 +488,15 @@ impl Monitor {
     /// Why a new approval may not wait, when the session or the harness
     /// already has as many waiting as it may (past their deadline, they no
     /// longer count).
-    fn approvals_full(&self, caller: &Caller, actor: &Actor, now_ns: i64) -> Result<Option<String>, StoreError> {
-        let waiting = self.store.pending_count(&SessionKey::of(actor, &caller.name), now_ns)?;
+    async fn approvals_full(&self, caller: &Caller, actor: &Actor, now_ns: i64) -> Result<Option<String>, StoreError> {
+        let waiting = self.store.pending_count(&SessionKey::of(actor, &caller.name), now_ns).await?;
         if waiting >= self.config.max_pending_per_session {
             return Ok(Some(format!(
                 "session `{}` already has {waiting} approvals waiting (at most {}): denied without asking",
                 actor.session, self.config.max_pending_per_session
             )));
         }
-        let of_harness = self.store.pending_count_of_harness(&caller.name, now_ns)?;
+        let of_harness = self.store.pending_count_of_harness(&caller.name, now_ns).await?;
         if of_harness >= self.config.max_pending_per_harness {
             return Ok(Some(format!(
                 "credential `{}` already has {of_harness} approvals waiting (at most {}): denied without asking",
@@ -510,13 +535,28 @@ impl Monitor {
         })
     }
 
-    /// The shutdown signal.
+    /// Reads the grants and locks again from the store, which other
+    /// monitors on the same database change too (told by
+    /// `Store::state_changes`).
+    pub(crate) async fn reload_shared_state(&self) -> Result<(), StoreError> {
+        let _admin = self.admin.lock().await;
+        let (stored_grants, stored_locks) = (self.store.grants().await?, self.store.locks().await?);
+        let snapshot = self.snapshot();
+        let (grants, problems) = GrantBook::load(stored_grants, &snapshot);
+        for (grant_id, problem) in &problems {
+            tracing::warn!(%grant_id, %problem, "a stored grant no longer fits the policies and does not apply");
+        }
+        *write(&self.grants) = grants;
+        *write(&self.locks) = stored_locks.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
+        Ok(())
+    }
+
     /// The metrics as Prometheus text, with the approvals pending and the
     /// bytes of the data folder read now.
-    pub(crate) fn metrics_text(&self, data: &std::path::Path) -> String {
+    pub(crate) async fn metrics_text(&self, data: &std::path::Path) -> String {
         let stats = self.store.log_stats().ok();
         self.metrics.render(&crate::metrics::Gauges {
-            pending: self.store.pending().map_or(0, |pending| pending.len() as u64),
+            pending: self.store.pending().await.map_or(0, |pending| pending.len() as u64),
             data_bytes: crate::metrics::bytes_under(data),
             durable_lag: self.store.durable_lag(),
             log_bytes: stats.as_ref().map_or(0, |s| s.segments.iter().map(|s| s.bytes).sum()),

@@ -6,12 +6,12 @@ use crate::policy::{LoadError, PolicyFiles};
 impl Monitor {
     /// What-if: the decision and every policy's part in it, for the
     /// policies, grants, labels and locks of this moment. Nothing is recorded.
-    pub(crate) fn explain(
+    pub(crate) async fn explain(
         &self,
         input: &RequestInput,
     ) -> Result<(Evaluation, Vec<crate::decision::PolicyTrace>), CallError> {
         let request = normalize(input)?;
-        let (snapshot, facts) = self.facts(&request.actor, "explain")?;
+        let (snapshot, facts) = self.facts(&request.actor, "explain").await?;
         Ok(crate::decision::explain(&snapshot, &request, &facts, self.now(), &self.config.decision)?)
     }
 

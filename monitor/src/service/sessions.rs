@@ -45,7 +45,7 @@ impl Monitor {
             return Err(e.into());
         }
         let mut denied = Vec::new();
-        for approval in self.store.pending()? {
+        for approval in self.store.pending().await? {
             let actor = &approval.request.actor;
             let Some(why) = self.lock_of(&actor.session, &actor.user, &actor.agent) else { continue };
             let id = approval.approval_id.clone();
@@ -98,14 +98,15 @@ impl Monitor {
     /// A session id names one session per harness and user; `user` and
     /// `harness` (either may be empty) pick among them, and a choice that
     /// leaves more than one is refused, naming what to add.
-    pub(crate) fn session(&self, query: &SessionQuery) -> Result<SessionView, CallError> {
+    pub(crate) async fn session(&self, query: &SessionQuery) -> Result<SessionView, CallError> {
         let session = &query.session;
         if session.trim().is_empty() {
             return Err(InvalidInput::new("session", "must not be empty").into());
         }
         let mut found: Vec<SessionRecord> = self
             .store
-            .sessions_named(session)?
+            .sessions_named(session)
+            .await?
             .into_iter()
             .filter(|r| query.user.is_empty() || r.user == query.user)
             .filter(|r| query.harness.is_empty() || r.harness == query.harness)
@@ -151,7 +152,7 @@ impl Monitor {
         query: &SessionQuery,
         reason: &str,
     ) -> Result<SessionView, CallError> {
-        let before = self.session(query)?;
+        let before = self.session(query).await?;
         // A lock alone shows a session that has never asked: nothing to clear.
         if before.record.agent.is_empty() {
             return Err(CallError::NotFound(format!("session `{}` has never asked", query.session)));
@@ -177,6 +178,6 @@ impl Monitor {
         self.store
             .commit(Commit { session: Some(SessionChange::ClearLabels { key: key.clone() }), ..Commit::record(entry) })
             .await?;
-        self.session(&SessionQuery { session: key.session, user: key.user, harness: key.harness })
+        self.session(&SessionQuery { session: key.session, user: key.user, harness: key.harness }).await
     }
 }

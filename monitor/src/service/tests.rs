@@ -20,9 +20,12 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
         let snapshot = PolicySnapshot::load(&policies).unwrap();
-        let (store, closer) =
-            Store::open_with(&dir.path().join("store"), Durability::Flush, crate::store::log::DEFAULT_SEGMENT_BYTES)
-                .unwrap();
+        let (store, closer) = crate::store::Embedded::open_with(
+            &dir.path().join("store"),
+            Durability::Flush,
+            crate::store::log::DEFAULT_SEGMENT_BYTES,
+        )
+        .unwrap();
         let offset_ns = Arc::new(AtomicI64::new(0));
         let clock: Clock = {
             let offset_ns = Arc::clone(&offset_ns);
@@ -63,7 +66,7 @@ async fn a_decision_is_answered_with_its_durable_record() {
     let decision = fixture.monitor.authorize(&harness(), exec(&["git", "status"])).await.unwrap();
     assert_eq!(decision.outcome, Outcome::Allow);
     assert_eq!(decision.policy_ids, ["commands.developer-tools"]);
-    let records = fixture.monitor.store().audit_from(1, 10).unwrap();
+    let records = fixture.monitor.store().audit_from(1, 10).await.unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!((records[0].seq, records[0].outcome.as_str()), (decision.audit_seq, "ALLOW"));
 }
@@ -75,13 +78,13 @@ async fn an_unanswered_approval_expires_when_the_clock_passes_its_deadline() {
     assert_eq!(pending.outcome, Outcome::Pending);
     // Before the deadline the sweeper leaves it waiting.
     fixture.monitor.sweep_once().await;
-    assert_eq!(fixture.monitor.approval(&pending.approval_id).unwrap().state, ApprovalState::Pending);
+    assert_eq!(fixture.monitor.approval(&pending.approval_id).await.unwrap().state, ApprovalState::Pending);
     // The policy waits 15 minutes for a release manager.
     fixture.advance(Duration::from_secs(15 * 60 + 1));
     fixture.monitor.sweep_once().await;
-    let expired = fixture.monitor.approval(&pending.approval_id).unwrap();
+    let expired = fixture.monitor.approval(&pending.approval_id).await.unwrap();
     assert_eq!(expired.state, ApprovalState::Expired);
-    let records = fixture.monitor.store().audit_from(1, 10).unwrap();
+    let records = fixture.monitor.store().audit_from(1, 10).await.unwrap();
     assert_eq!(records.last().map(|r| r.kind.as_str()), Some("approval.expired"));
 }
 
@@ -91,7 +94,7 @@ async fn every_part_of_a_command_is_on_record() {
     let script = exec(&["bash", "-c", "cat README.md | grep TODO > todo.txt"]);
     let decision = fixture.monitor.authorize(&harness(), script).await.unwrap();
     assert_eq!(decision.outcome, Outcome::Allow, "{decision:?}");
-    let record = fixture.monitor.store().audit_from(1, 10).unwrap().pop().unwrap();
+    let record = fixture.monitor.store().audit_from(1, 10).await.unwrap().pop().unwrap();
     let parts: Vec<&String> = record.reasons.iter().filter(|r| r.starts_with("part ")).collect();
     assert_eq!(parts.len(), 4, "{:?}", record.reasons);
     assert!(parts.iter().any(|p| p.contains("`/home/alice/project/todo.txt` (fs.write): ALLOW")), "{parts:?}");

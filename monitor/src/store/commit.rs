@@ -110,6 +110,10 @@ pub(crate) struct Commit {
     pub(crate) lock: Option<LockChange>,
     /// A change to a session's record.
     pub(crate) session: Option<SessionChange>,
+    /// The session's labels the decision was made with: when the stored
+    /// ones differ by the time the writer plans it, nothing is written and
+    /// the caller decides again ([`Committed::SessionMoved`]).
+    pub(crate) seen_labels: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Commit {
@@ -124,7 +128,16 @@ impl Commit {
 
     /// A record with nothing else.
     pub(crate) fn record(entry: AuditEntry) -> Self {
-        Self { entry, guard: Guard::None, decision: None, approval: None, grant: None, lock: None, session: None }
+        Self {
+            entry,
+            guard: Guard::None,
+            decision: None,
+            approval: None,
+            grant: None,
+            lock: None,
+            session: None,
+            seen_labels: None,
+        }
     }
 }
 
@@ -150,6 +163,9 @@ pub(crate) enum Committed {
     KeyReused(Box<Remembered>),
     /// The approval is no longer pending: how it stands, nothing appended.
     NotPending(Box<ApprovalRecord>),
+    /// The session's labels changed since the decision read them: nothing
+    /// appended; decide again.
+    SessionMoved,
 }
 
 pub(super) struct Job {

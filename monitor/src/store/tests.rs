@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// These tests drive the embedded store directly.
+type Store = Embedded;
+
 impl Store {
     /// The decision remembered for `(harness, request_id)` that can
     /// still be replayable at `now_unix_ns`, as a lookup sees it.
@@ -110,6 +113,7 @@ fn entry(n: u32) -> Commit {
         grant: None,
         lock: None,
         session: None,
+        seen_labels: None,
     }
 }
 
@@ -426,7 +430,7 @@ async fn state_reaches_sled_only_once_durable_and_later_batches_see_it_in_flight
     };
     assert_eq!((decision.outcome, decision.approval_id.as_str()), (Outcome::Deny, ""));
     assert!(decision.reasons.iter().any(|r| r.contains("session `s1` is locked")), "{decision:?}");
-    assert!(store.pending().unwrap().is_empty(), "an approval waits for a locked session");
+    assert!(store.pending_until(i64::MAX).unwrap().is_empty(), "an approval waits for a locked session");
     let record = store.audit_from(4, 1).unwrap().into_iter().next().unwrap();
     assert_eq!((record.outcome.as_str(), record.approval_id.as_str()), ("DENY", ""));
     // Durable now, so in sled.

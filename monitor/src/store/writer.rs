@@ -57,6 +57,59 @@ pub(super) struct WriteLoop {
 
 pub(super) type Reply = oneshot::Sender<Result<Committed, StoreError>>;
 
+/// The embedded store as planning sees it: the batches in flight (written,
+/// not yet synced) before the trees. The sync thread applies a batch and
+/// only then drops it from `InFlight`, so a value is in one of them
+/// whenever each is read.
+struct EmbeddedView<'a> {
+    trees: &'a Trees,
+    in_flight: &'a InFlight,
+}
+
+impl View for EmbeddedView<'_> {
+    fn request(&self, key: &[u8], now_unix_ns: i64) -> Result<Option<Remembered>, StoreError> {
+        match self.in_flight.request(key) {
+            Some(found) => Ok(Some(found)),
+            None => self.trees.remembered(key, now_unix_ns, true),
+        }
+    }
+
+    fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        match self.in_flight.approval(approval_id) {
+            Some(found) => Ok(Some(found)),
+            None => self
+                .trees
+                .approvals
+                .get(approval_id.as_bytes())?
+                .map(|v| decode::<ApprovalRecord>(trees::APPROVALS, approval_id.as_bytes(), &v))
+                .transpose(),
+        }
+    }
+
+    fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        match self.in_flight.session(key) {
+            Some(found) => Ok(Some(found)),
+            None => self.trees.session(key),
+        }
+    }
+
+    fn lock(&self, target: &str) -> Result<Option<Lock>, StoreError> {
+        match self.in_flight.lock(target) {
+            Some(found) => Ok(found),
+            None => self
+                .trees
+                .locks
+                .get(target.as_bytes())?
+                .map(|v| decode::<Lock>(trees::LOCKS, target.as_bytes(), &v))
+                .transpose(),
+        }
+    }
+
+    fn may_have_locks(&self) -> bool {
+        self.in_flight.has_locks() || !self.trees.locks.is_empty()
+    }
+}
+
 impl WriteLoop {
     pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Job>, mut closing: oneshot::Receiver<()>, mut head: Head) {
         let mut closed = false;
@@ -136,7 +189,7 @@ impl WriteLoop {
         let mut answers: Vec<(Reply, Committed)> = Vec::new();
         let mut writes: Vec<Write> = Vec::new();
         for Job { commit, reply } in batch {
-            match self.plan(&overlay, commit, &mut next) {
+            match plan(&EmbeddedView { trees: &self.trees, in_flight: &self.in_flight }, &overlay, commit, &mut next) {
                 Ok(Planned::Append(write)) => {
                     overlay.add(&write);
                     answers.push((reply, write.committed()));
@@ -272,189 +325,6 @@ impl WriteLoop {
             told.notify_one();
             Ok(())
         }));
-    }
-
-    /// The session record as of the batch being planned.
-    pub(super) fn stored_session(
-        &self,
-        overlay: &Overlay,
-        key: &SessionKey,
-    ) -> Result<Option<SessionRecord>, StoreError> {
-        match overlay.sessions.get(key).cloned().or_else(|| self.in_flight.session(key)) {
-            Some(found) => Ok(Some(found)),
-            None => self.trees.session(key),
-        }
-    }
-
-    /// An approval as of the batch being planned; `missing`: what it is
-    /// that the store lacks, when it does (a caller read it before).
-    fn stored_approval(
-        &self,
-        overlay: &Overlay,
-        approval_id: &str,
-        missing: &str,
-    ) -> Result<ApprovalRecord, StoreError> {
-        let found = match overlay.approvals.get(approval_id).cloned().or_else(|| self.in_flight.approval(approval_id)) {
-            Some(found) => Some(found),
-            None => self
-                .trees
-                .approvals
-                .get(approval_id.as_bytes())?
-                .map(|v| decode::<ApprovalRecord>(trees::APPROVALS, approval_id.as_bytes(), &v))
-                .transpose()?,
-        };
-        found.ok_or_else(|| StoreError::Corrupt {
-            tree: trees::APPROVALS,
-            key: approval_id.to_owned(),
-            message: missing.to_owned(),
-        })
-    }
-
-    /// Why the actor's session, user or agent kind is locked, as of the
-    /// batch being planned.
-    pub(super) fn locked(&self, overlay: &Overlay, actor: &Actor) -> Result<Option<String>, StoreError> {
-        // In flight before the trees, as for each target below: the sync
-        // thread applies a batch and only then drops it from `InFlight`, so
-        // a lock is in one of them whenever each is read.
-        if overlay.locks.is_empty() && !self.in_flight.has_locks() && self.trees.locks.is_empty() {
-            return Ok(None);
-        }
-        for (kind, id) in [("session", &actor.session), ("user", &actor.user), ("agent", &actor.agent)] {
-            let target = format!("{kind}:{id}");
-            let lock = match overlay.locks.get(&target).cloned().or_else(|| self.in_flight.lock(&target)) {
-                Some(found) => found,
-                None => self
-                    .trees
-                    .locks
-                    .get(target.as_bytes())?
-                    .map(|v| decode::<Lock>(trees::LOCKS, target.as_bytes(), &v))
-                    .transpose()?,
-            };
-            if let Some(lock) = lock {
-                let why = if lock.reason.is_empty() { String::new() } else { format!(": {}", lock.reason) };
-                return Ok(Some(format!("{kind} `{id}` is locked by `{}`{why}", lock.locked_by)));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Decides what one commit does, advancing `head` when it appends.
-    pub(super) fn plan(&self, overlay: &Overlay, commit: Commit, head: &mut Head) -> Result<Planned, StoreError> {
-        let request_key = match &commit.guard {
-            Guard::None => None,
-            Guard::NewRequest { harness, request_id, request_hash, now_unix_ns, policy_version, replay } => {
-                let key = request_key(harness, request_id);
-                let earlier = match overlay.requests.get(&key).cloned().or_else(|| self.in_flight.request(&key)) {
-                    Some(found) => Some(found),
-                    None => self.trees.remembered(&key, *now_unix_ns, true)?,
-                };
-                if let Some(earlier) = earlier
-                    && *replay
-                    && earlier.replayable(*now_unix_ns, policy_version)
-                {
-                    return Ok(Planned::Answer(Box::new(if &earlier.request_hash == request_hash {
-                        Committed::Replay(earlier.decision)
-                    } else {
-                        Committed::KeyReused(Box::new(earlier))
-                    })));
-                }
-                Some((key, request_hash.clone(), *now_unix_ns))
-            }
-            Guard::StillPending { approval_id } => {
-                let current = self.stored_approval(overlay, approval_id, "the approval to resolve is missing")?;
-                if current.state != ApprovalState::Pending {
-                    return Ok(Planned::Answer(Box::new(Committed::NotPending(Box::new(current)))));
-                }
-                None
-            }
-            Guard::Answer { .. } => None,
-        };
-        let seq = head.seq + 1;
-        let mut commit = commit;
-        // An answer from an approval: as the approval stands now.
-        let mut unused = None;
-        if let Guard::Answer { approval_id } = &commit.guard
-            && !approval_id.is_empty()
-        {
-            let approval = self.stored_approval(overlay, approval_id, "the approval to answer from is missing")?;
-            unused = answer::from_approval(&mut commit, approval);
-        }
-        let session = match &commit.session {
-            None => None,
-            Some(change) => merge_session(self.stored_session(overlay, change.key())?, change),
-        };
-        let mut session = session;
-        // A decision made before a lock but written after it is not an
-        // ALLOW, nor an approval to wait for (the lock's sweep of pending
-        // approvals may be done already): the writer, which writes locks
-        // too, has the last word.
-        if let Some(decision) = commit.decision.as_mut()
-            && matches!(decision.outcome, Outcome::Allow | Outcome::Pending)
-            && answer::KINDS.contains(&commit.entry.kind.as_str())
-            && let Some(actor) = &commit.entry.actor
-            && let Some(why) = self.locked(overlay, actor)?
-        {
-            if decision.outcome == Outcome::Pending {
-                decision.approval_id.clear();
-                decision.expires_at_unix_ns = None;
-                commit.approval = None;
-                commit.entry.approval_id.clear();
-            }
-            decision.outcome = Outcome::Deny;
-            decision.reasons.push(why.clone());
-            commit.entry.outcome = Outcome::Deny.as_str().into();
-            commit.entry.reasons.push(why);
-            // A denied action gives the session no label.
-            if let (Some(current), Some(change @ SessionChange::Touch { .. })) = (&mut session, &commit.session) {
-                current.labels = self.stored_session(overlay, change.key())?.map(|b| b.labels).unwrap_or_default();
-            }
-        }
-        // An approved approval's ALLOW, given now (no lock came in the
-        // way): this record uses it.
-        if let Some(approval) = unused
-            && commit.decision.as_ref().is_some_and(|d| d.outcome == Outcome::Allow)
-        {
-            commit.approval = Some(ApprovalRecord { used_seq: seq, ..approval });
-        }
-        let Commit { entry, decision, approval, grant, lock, .. } = commit;
-        let mut record = AuditRecord {
-            seq,
-            time_unix_ns: entry.time_unix_ns,
-            kind: entry.kind,
-            caller: entry.caller,
-            actor: entry.actor.unwrap_or(Actor { user: String::new(), agent: String::new(), session: String::new() }),
-            action: entry.action,
-            resource: entry.resource,
-            request: entry.request,
-            outcome: entry.outcome,
-            policy_ids: entry.policy_ids,
-            reasons: entry.reasons,
-            policy_version: entry.policy_version,
-            request_id: entry.request_id,
-            approval_id: entry.approval_id,
-            prev_hash: head.hash.clone(),
-            hash: String::new(),
-        };
-        record.hash = record.compute_hash();
-        *head = Head { seq, hash: record.hash.clone() };
-        let decision = decision.map(|mut d| {
-            d.audit_seq = seq;
-            d
-        });
-        let approval = approval.map(|mut a| {
-            if a.state == ApprovalState::Pending {
-                a.audit_seq = seq;
-            }
-            a.decision.audit_seq = seq;
-            a
-        });
-        let remembered = match (request_key, &decision) {
-            (Some((key, request_hash, decided_unix_ns)), Some(decision)) => {
-                Some((key, Remembered { request_hash, decided_unix_ns, decision: decision.clone() }))
-            }
-            _ => None,
-        };
-        Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval, grant, lock, session })))
     }
 }
 

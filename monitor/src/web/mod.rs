@@ -387,7 +387,7 @@ fn hidden(c: char) -> bool {
 async fn list(State(page): State<Page>, headers: HeaderMap) -> Answer {
     page.session(&headers, false)?;
     let monitor = page.monitor()?;
-    let pending: Vec<serde_json::Value> = monitor.list_pending()?.iter().map(shown).collect();
+    let pending: Vec<serde_json::Value> = monitor.list_pending().await?.iter().map(shown).collect();
     Ok(Json(json!({ "approvals": pending })).into_response())
 }
 
@@ -420,7 +420,7 @@ async fn resolve_start(
 ) -> Answer {
     let (cookie, _) = page.session(&headers, true)?;
     let monitor = page.monitor()?;
-    let approval = monitor.approval(&id)?;
+    let approval = monitor.approval(&id).await?;
     // No challenge for an approval that no longer waits.
     still_pending(&approval, unix_ns(monitor.now()))?;
     // Bound to the request as it is stored now: the hash is checked again

@@ -160,6 +160,7 @@ impl TestMonitor {
             tls: None,
             socket: None,
             audit: self.audit.clone(),
+            store: None,
             monitor,
         }
     }

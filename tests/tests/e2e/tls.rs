@@ -87,6 +87,7 @@ async fn tls_with_tokens_and_client_certificates() {
             }),
             socket: None,
             audit: Default::default(),
+            store: None,
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
     )
@@ -160,6 +161,7 @@ async fn the_unix_socket_admits_only_the_listed_uids() {
                 tls: None,
                 socket: Some(warden_monitor::server::UnixSocket { path: socket.clone(), uids }),
                 audit: Default::default(),
+                store: None,
             },
             tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
         )
@@ -188,6 +190,7 @@ async fn the_sdk_decides_over_the_unix_socket() {
         ServerConfig {
             socket: Some(warden_monitor::server::UnixSocket { path: socket.clone(), uids: vec![me] }),
             audit: Default::default(),
+            store: None,
             ..ServerConfig::new(
                 crate::support::bundled_policies(),
                 data.path().to_owned(),

@@ -102,6 +102,7 @@ impl Monitor {
             tls: None,
             socket: None,
             audit: Default::default(),
+            store: None,
             monitor: warden_monitor::service::MonitorConfig {
                 policy_dir: policies.path().to_owned(),
                 ..Default::default()

@@ -96,7 +96,7 @@ impl Fixture {
         }
         std::fs::write(policies.join("deploy.cedar"), POLICIES).unwrap();
         let snapshot = crate::policy::PolicySnapshot::load(&policies).unwrap();
-        let (store, closer) = crate::store::Store::open_with(
+        let (store, closer) = crate::store::Embedded::open_with(
             &dir.path().join("store"),
             crate::store::Durability::Flush,
             crate::store::log::DEFAULT_SEGMENT_BYTES,

@@ -33,8 +33,8 @@ async fn deny_with_token(fixture: &Fixture, approval_id: &str) {
 }
 
 /// Moves the clock past `approval_id`'s deadline (the sweeper not run).
-fn past_deadline(fixture: &Fixture, approval_id: &str) {
-    let deadline = fixture.monitor.approval(approval_id).unwrap().expires_unix_ns;
+async fn past_deadline(fixture: &Fixture, approval_id: &str) {
+    let deadline = fixture.monitor.approval(approval_id).await.unwrap().expires_unix_ns;
     let left = deadline - crate::service::unix_ns(fixture.monitor.now());
     fixture.advance(std::time::Duration::from_nanos(u64::try_from(left).unwrap()) + std::time::Duration::from_secs(1));
 }
@@ -58,8 +58,8 @@ async fn no_ceremony_starts_for_an_approval_approved_denied_or_expired() {
     deny_with_token(&fixture, &denied).await;
     // Past its deadline, still PENDING in the store until the sweeper runs.
     let expired = pending(&fixture, &["deploy", "production", "c"]).await;
-    past_deadline(&fixture, &expired);
-    assert_eq!(fixture.monitor.approval(&expired).unwrap().state, crate::model::ApprovalState::Pending);
+    past_deadline(&fixture, &expired).await;
+    assert_eq!(fixture.monitor.approval(&expired).await.unwrap().state, crate::model::ApprovalState::Pending);
 
     for (approval_id, how) in [(&approved, "approved by `ops`"), (&denied, "denied by `ops`"), (&expired, "expired at")]
     {
@@ -92,11 +92,11 @@ async fn a_ceremony_started_while_pending_resolves_nothing_once_the_approval_is_
         signed.push(json!({ "ceremony": started["ceremony"], "credential": credential }));
     }
     deny_with_token(&fixture, &denied).await;
-    past_deadline(&fixture, &expired);
+    past_deadline(&fixture, &expired).await;
     for ((approval_id, how), body) in [(&denied, "denied by `ops`"), (&expired, "expired at")].into_iter().zip(signed) {
         let (status, refused, _) = fixture.call(&path(approval_id, "finish"), Some(body), Some(&tab)).await;
         assert_eq!(status, StatusCode::CONFLICT, "{approval_id}: {refused}");
         assert!(refused["error"].as_str().unwrap().contains(how), "{refused}");
-        assert_ne!(fixture.monitor.approval(approval_id).unwrap().state, crate::model::ApprovalState::Approved);
+        assert_ne!(fixture.monitor.approval(approval_id).await.unwrap().state, crate::model::ApprovalState::Approved);
     }
 }

@@ -1,0 +1,121 @@
+//! Machines and the database going down: nothing acknowledged is lost, the
+//! other monitors keep answering, and everyone fails closed while the
+//! database is away.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+/// Decisions a load generator was told: request id -> (outcome, seq).
+type Told = Arc<Mutex<HashMap<String, (Outcome, u64)>>>;
+
+/// Asks `client` for decisions until `stop`, each with a request id of its
+/// own, and writes down every answer it gets.
+async fn load(client: Client, name: &'static str, told: Told, stop: tokio::sync::watch::Receiver<bool>) -> usize {
+    let agent = Actor::new("alice", "claude-code", format!("load-{name}"));
+    let mut errors = 0;
+    for n in 0.. {
+        if *stop.borrow() {
+            break;
+        }
+        let id = format!("{name}-{n}");
+        let request = if n % 3 == 0 {
+            ActionRequest::http("GET", "https://blog.example.com/howto").request_id(id.clone())
+        } else {
+            ActionRequest::read_file(format!("/home/alice/project/{n}.rs")).request_id(id.clone())
+        };
+        match client.authorize(&agent, request).await {
+            Ok(decision) => {
+                told.lock().unwrap().insert(id, (decision.outcome, decision.audit_seq));
+            }
+            Err(_) => {
+                errors += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    errors
+}
+
+fn outcome_proto(outcome: Outcome) -> i32 {
+    match outcome {
+        Outcome::Allow => pb::Outcome::Allow as i32,
+        Outcome::Deny => pb::Outcome::Deny as i32,
+        Outcome::Pending => pb::Outcome::Pending as i32,
+    }
+}
+
+/// Every told decision is in the log, at its seq, with its outcome.
+fn all_recorded(told: &Told, records: &[pb::AuditRecord]) {
+    let by_seq: HashMap<u64, &pb::AuditRecord> = records.iter().map(|r| (r.seq, r)).collect();
+    let told = told.lock().unwrap();
+    assert!(!told.is_empty());
+    for (id, (outcome, seq)) in told.iter() {
+        let record = by_seq.get(seq).unwrap_or_else(|| panic!("{id}: record #{seq} is missing"));
+        assert_eq!((&record.request_id, record.outcome), (id, outcome_proto(*outcome)), "record #{seq}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_monitor_killed_under_load_loses_nothing_it_acknowledged_and_the_other_goes_on() {
+    let Some((cluster, wardend)) = setup("a_monitor_killed_under_load_loses_nothing_it_acknowledged") else { return };
+    let mut monitors = replicas(&wardend, &cluster, 2);
+    let told: Told = Arc::default();
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let on_a = tokio::spawn(load(harness(&monitors[0].endpoint).await, "a", Arc::clone(&told), stopping.clone()));
+    let on_b = tokio::spawn(load(harness(&monitors[1].endpoint).await, "b", Arc::clone(&told), stopping.clone()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    monitors[0].kill();
+    let b_before = told.lock().unwrap().keys().filter(|k| k.starts_with("b-")).count();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.send(true).unwrap();
+    let (a_errors, b_errors) = (on_a.await.unwrap(), on_b.await.unwrap());
+    let b_after = told.lock().unwrap().keys().filter(|k| k.starts_with("b-")).count();
+    assert!(a_errors > 0, "the killed monitor stopped answering");
+    assert_eq!(b_errors, 0, "the other monitor answered every request");
+    assert!(b_after > b_before + 10, "B went on after A was killed: {b_before} then {b_after}");
+    let records = audit(&monitors[1].endpoint).await;
+    all_recorded(&told, &records);
+    let report = verify(&monitors[1].endpoint).await;
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.head_seq, records.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_down_every_monitor_fails_closed_and_recovers_by_itself() {
+    let Some((mut cluster, wardend)) = setup("the_database_down_every_monitor_fails_closed_and_recovers_by_itself")
+    else {
+        return;
+    };
+    let monitors = replicas(&wardend, &cluster, 2);
+    let clients = [harness(&monitors[0].endpoint).await, harness(&monitors[1].endpoint).await];
+    let agent = Actor::new("alice", "claude-code", "outage");
+    let read = |id: &str| ActionRequest::read_file("/home/alice/project/README.md").request_id(id);
+    let told: Told = Arc::default();
+    for (n, client) in clients.iter().enumerate() {
+        let decision = client.authorize(&agent, read(&format!("before-{n}"))).await.unwrap();
+        told.lock().unwrap().insert(format!("before-{n}"), (decision.outcome, decision.audit_seq));
+    }
+    cluster.crash().unwrap();
+    for (n, client) in clients.iter().enumerate() {
+        let refused = client.authorize(&agent, read(&format!("during-{n}"))).await.unwrap_err();
+        match &refused {
+            warden_sdk::Error::Status(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+            other => panic!("monitor {n}: {other:?}"),
+        }
+    }
+    cluster.restart().unwrap();
+    for (n, client) in clients.iter().enumerate() {
+        let decision = eventually("the monitor answers again", || async {
+            client.authorize(&agent, read(&format!("after-{n}"))).await.ok()
+        })
+        .await;
+        assert_eq!(decision.outcome, Outcome::Allow);
+        told.lock().unwrap().insert(format!("after-{n}"), (decision.outcome, decision.audit_seq));
+    }
+    let records = audit(&monitors[0].endpoint).await;
+    all_recorded(&told, &records);
+    assert!(records.iter().all(|r| !r.request_id.starts_with("during-")), "nothing refused is recorded");
+    assert!(verify(&monitors[1].endpoint).await.ok);
+}
