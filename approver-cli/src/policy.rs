@@ -15,7 +15,11 @@ pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) -> Res
             "{}",
             serde_json::json!({ "policy_version": status.policy_version, "loaded_at": timestamp_str(status.loaded_at.as_ref()),
                 "files": status.files, "policies": status.policies, "error": status.error,
-                "error_at": timestamp_str(status.error_at.as_ref()), "warnings": status.warnings })
+                "error_at": timestamp_str(status.error_at.as_ref()), "warnings": status.warnings,
+                "replicas": status.replicas.iter().map(|r| serde_json::json!({ "replica": r.replica,
+                    "policy_version": r.policy_version, "loaded_at": timestamp_str(r.loaded_at.as_ref()),
+                    "seen_at": timestamp_str(r.seen_at.as_ref()), "started_at": timestamp_str(r.started_at.as_ref()),
+                    "error": r.error, "answering": r.answering })).collect::<Vec<_>>() })
         )?;
         return Ok(());
     }
@@ -33,6 +37,28 @@ pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) -> Res
         outln!("  LAST RELOAD FAILED ({}), the version above keeps serving:", timestamp_str(status.error_at.as_ref()))?;
         for line in status.error.lines() {
             outln!("    {line}")?;
+        }
+    }
+    if !status.replicas.is_empty() {
+        let versions: std::collections::BTreeSet<&str> =
+            status.replicas.iter().map(|r| r.policy_version.as_str()).collect();
+        if versions.len() > 1 {
+            outln!("  MONITORS SERVE DIFFERENT POLICIES ({} versions):", versions.len())?;
+        } else {
+            outln!("  monitors on the shared store:")?;
+        }
+        for r in &status.replicas {
+            let this = if r.answering { "  (this one)" } else { "" };
+            outln!(
+                "    {}  version {}  loaded {}  seen {}{this}",
+                r.replica,
+                r.policy_version,
+                timestamp_str(r.loaded_at.as_ref()),
+                timestamp_str(r.seen_at.as_ref())
+            )?;
+            if !r.error.is_empty() {
+                outln!("      last reload failed: {}", r.error.lines().next().unwrap_or_default())?;
+            }
         }
     }
     Ok(())

@@ -37,14 +37,24 @@ pub struct Replica {
     pub log: PathBuf,
 }
 
-/// The configuration every replica reads: the credentials and the store.
-pub fn config(store_url: &str) -> String {
-    let credentials = [
+/// The credentials every replica accepts: `harness`, `oncall`, `oncall-2`
+/// and `security`.
+pub fn credentials() -> Vec<CredentialConfig> {
+    vec![
         CredentialConfig::for_token("harness", Role::Harness, HARNESS, &["*"]),
         CredentialConfig::for_token("oncall", Role::Approver, APPROVER, &[]),
         CredentialConfig::for_token("oncall-2", Role::Approver, APPROVER_2, &[]),
         CredentialConfig::for_token("security", Role::Admin, ADMIN, &[]),
-    ];
+    ]
+}
+
+/// The configuration every replica reads: the credentials and the store.
+pub fn config(store_url: &str) -> String {
+    config_with(store_url, credentials())
+}
+
+/// The configuration with credentials of the caller's.
+pub fn config_with(store_url: &str, credentials: Vec<CredentialConfig>) -> String {
     let mut text = String::new();
     for credential in credentials {
         let mut one = serde_json::to_value(&credential).unwrap_or_default();

@@ -429,7 +429,12 @@ impl Monitor {
             }),
         ];
         for (key, rate, who) in checks.into_iter().flatten() {
-            if let Err(limited) = self.limiter.take(&key, rate, now) {
+            // On a shared store the buckets are shared by every monitor.
+            let taken = match &self.store {
+                Store::Postgres(pg) => pg.take_token(&key, rate, unix_ns(self.now())).await?,
+                Store::Embedded(_) => self.limiter.take(&key, rate, now),
+            };
+            if let Err(limited) = taken {
                 let message = format!(
                     "rate limit of {}/s (burst {}) for {who} exceeded; retry in {} ms",
                     rate.per_second,

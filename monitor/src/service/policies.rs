@@ -15,6 +15,22 @@ impl Monitor {
         Ok(crate::decision::explain(&snapshot, &request, &facts, self.now(), &self.config.decision)?)
     }
 
+    /// The monitors on a shared store seen in the last minute (none on the
+    /// embedded store), and which of them is this one.
+    pub(crate) async fn replicas(&self) -> Result<Vec<(crate::store::postgres::ReplicaRecord, bool)>, CallError> {
+        let crate::store::Store::Postgres(pg) = &self.store else { return Ok(vec![]) };
+        let since = unix_ns(self.now()).saturating_sub(60_000_000_000);
+        Ok(pg
+            .replicas(since)
+            .await?
+            .into_iter()
+            .map(|r| {
+                let this = r.replica == pg.replica();
+                (r, this)
+            })
+            .collect())
+    }
+
     /// How the policies stand.
     pub(crate) fn policy_status(&self) -> PolicyStatusView {
         read(&self.status).clone()

@@ -309,6 +309,7 @@ impl Store {
     }
 
     /// Durable audit records from `from_seq` on, at most `limit`.
+    #[cfg(test)]
     pub(crate) async fn audit_from(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
         self.audit_page(&mut self.audit_cursor(from_seq), limit).await
     }

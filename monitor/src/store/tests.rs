@@ -439,3 +439,32 @@ async fn state_reaches_sled_only_once_durable_and_later_batches_see_it_in_flight
     drop(Arc::into_inner(store).unwrap());
     closer.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_decision_made_with_labels_the_session_no_longer_has_is_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, closer) = Store::open(dir.path()).unwrap();
+    let key = SessionKey { session: "s".into(), harness: "h".into(), user: "alice".into() };
+    let labelled = |n: u32, add: &[&str], seen: &[&str]| Commit {
+        session: Some(SessionChange::Touch {
+            key: key.clone(),
+            agent: "claude-code".into(),
+            add: add.iter().map(|l| (*l).to_owned()).collect(),
+        }),
+        seen_labels: Some(seen.iter().map(|l| (*l).to_owned()).collect()),
+        ..entry(n)
+    };
+    // Two decisions made at once with no labels; the first adds one, so
+    // the second was made with labels the session no longer has.
+    let (first, second) =
+        tokio::join!(store.commit(labelled(1, &["untrusted-input"], &[])), store.commit(labelled(2, &[], &[])));
+    assert!(matches!(first.unwrap(), Committed::New { seq: 1, .. }));
+    assert_eq!(second.unwrap(), Committed::SessionMoved, "nothing written for a stale decision");
+    assert_eq!(store.durable_head().seq, 1);
+    // Decided again with what the session has now, it is written.
+    assert!(matches!(
+        store.commit(labelled(2, &[], &["untrusted-input"])).await.unwrap(),
+        Committed::New { seq: 2, .. }
+    ));
+    closer.close().await.unwrap();
+}

@@ -350,3 +350,71 @@ async fn wait_for_listed(endpoint: &str, approval_id: &str) {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_monitor_serving_other_policies_shows_in_every_monitors_policy_status() {
+    let Some((cluster, wardend)) = setup("a_monitor_serving_other_policies_shows_in_every_monitors_policy_status")
+    else {
+        return;
+    };
+    let changed = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(bundled()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), changed.path().join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::write(
+        changed.path().join("extra.cedar"),
+        "@id(\"extra.no-secrets\") @reason(\"no secrets today\")\nforbid (principal, action == Action::\"secret.use\", resource);\n",
+    )
+    .unwrap();
+    let a = Replica::start(&wardend, &bundled(), &cluster.url()).unwrap();
+    let b = Replica::start(&wardend, changed.path(), &cluster.url()).unwrap();
+    let status = eventually("both monitors are listed", || async {
+        let status = admin(&a.endpoint).await.policy_status(pb::PolicyStatusRequest {}).await.ok()?.into_inner();
+        (status.replicas.len() == 2).then_some(status)
+    })
+    .await;
+    let this = status.replicas.iter().find(|r| r.answering).unwrap();
+    assert_eq!(this.policy_version, status.policy_version);
+    let other = status.replicas.iter().find(|r| !r.answering).unwrap();
+    assert_ne!(other.policy_version, status.policy_version, "B serves another version");
+    let of_b = admin(&b.endpoint).await.policy_status(pb::PolicyStatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(other.policy_version, of_b.policy_version);
+    assert_eq!(other.replica, of_b.replicas.iter().find(|r| r.answering).unwrap().replica);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_harness_rate_limit_holds_across_monitors_not_once_per_monitor() {
+    let Some((cluster, wardend)) = setup("a_harness_rate_limit_holds_across_monitors_not_once_per_monitor") else {
+        return;
+    };
+    let mut credentials = warden_tests::replicas::credentials();
+    credentials[0].rate_per_second = Some(0.5);
+    credentials[0].burst = Some(5);
+    let config = warden_tests::replicas::config_with(&cluster.url(), credentials);
+    let monitors: Vec<Replica> =
+        (0..2).map(|_| Replica::start_with(&wardend, &bundled(), &config, &[]).unwrap()).collect();
+    let (a, b) = (harness(&monitors[0].endpoint).await, harness(&monitors[1].endpoint).await);
+    let agent = Actor::new("alice", "claude-code", "busy");
+    let (mut allowed, mut limited) = (0, 0);
+    for n in 0..16 {
+        let client = if n % 2 == 0 { &a } else { &b };
+        match client.authorize(&agent, ActionRequest::read_file("/home/alice/project/README.md")).await {
+            Ok(_) => allowed += 1,
+            Err(warden_sdk::Error::Status(status)) if status.code() == tonic::Code::ResourceExhausted => {
+                assert!(status.message().contains("credential `harness`"), "{status:?}");
+                limited += 1;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    // A burst of 5 for the harness, whichever monitor it asks (at 0.5/s,
+    // at most one more token refills while the test runs); per monitor it
+    // would be 10.
+    assert!((5..=6).contains(&allowed), "{allowed} allowed, {limited} limited");
+    // The first refusal of the burst is on record, once for both monitors.
+    let refusals = audit(&monitors[1].endpoint).await.iter().filter(|r| r.kind == "rate-limited").count();
+    assert_eq!(refusals, 1);
+}

@@ -8,7 +8,6 @@
 //! the store now and then on their own.
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 
 use futures_util::Stream;
 use tokio_postgres::AsyncMessage;
@@ -49,7 +48,6 @@ impl Listener {
                         _ = &mut stop => return,
                         () = self.listen(client, messages) => {}
                     }
-                    self.store.listening.store(0, Ordering::Release);
                     tracing::warn!("the PostgreSQL listener's connection ended; connecting again");
                 }
                 Err(e) => tracing::warn!(error = %e, "the PostgreSQL listener cannot connect; trying again"),
@@ -87,7 +85,6 @@ impl Listener {
             reader.abort();
             return;
         }
-        self.store.listening.store(1, Ordering::Release);
         // What may have been missed while not listening.
         self.catch_up(&client).await;
         while let Some(payload) = notifications.recv().await {

@@ -24,7 +24,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_postgres::Client;
@@ -217,7 +217,6 @@ pub(crate) struct Postgres {
     pruned_window: Arc<AtomicI64>,
     /// This monitor's name in the rows it writes.
     replica: Arc<str>,
-    listening: Arc<AtomicU64>,
 }
 
 impl Postgres {
@@ -239,7 +238,6 @@ impl Postgres {
             Arc::new(Readers { connector: connector.clone(), client: tokio::sync::Mutex::new(Some(Arc::new(first))) });
         let (writer, jobs) = mpsc::channel(4 * MAX_BATCH);
         let (close, closing) = oneshot::channel();
-        let listening = Arc::new(AtomicU64::new(0));
         let store = Self {
             readers,
             writer,
@@ -252,7 +250,6 @@ impl Postgres {
             ),
             pruned_window: Arc::new(AtomicI64::new(i64::MIN)),
             replica: Arc::clone(&replica),
-            listening: Arc::clone(&listening),
         };
         let (stop_listening, listener_stop) = oneshot::channel::<()>();
         let listener =
@@ -298,10 +295,40 @@ impl Postgres {
             .execute("DELETE FROM warden_requests WHERE decided_unix_ns < $1", &[&before])
             .await
             .map_err(pg_error);
+        // Buckets that have refilled are the same as none.
+        if let Err(e) = client.execute("DELETE FROM warden_rate WHERE full_unix_ns < $1", &[&now_unix_ns]).await {
+            tracing::warn!(error = %pg_error(e), "cannot remove refilled rate buckets");
+        }
         if removed.is_err() {
             self.pruned_window.store(i64::MIN, Ordering::Release);
         }
         Ok(usize::try_from(removed?).unwrap_or(usize::MAX))
+    }
+
+    /// Takes one token from the shared bucket `key` at `now_unix_ns`, or
+    /// says how long to wait (and whether this is the first refusal of a
+    /// burst). The bucket's row is locked for the statement: monitors
+    /// taking from one bucket at once take in turn.
+    pub(crate) async fn take_token(
+        &self,
+        key: &str,
+        rate: crate::ratelimit::Rate,
+        now_unix_ns: i64,
+    ) -> Result<Result<(), crate::ratelimit::Limited>, StoreError> {
+        const TAKE: &str = "WITH prev AS (SELECT tokens, at_unix_ns, refusing FROM warden_rate WHERE key = $1 FOR             UPDATE), now_state AS (SELECT coalesce((SELECT least($3, tokens + greatest(0, $4 - at_unix_ns)::float8             * $2 / 1e9) FROM prev), $3) AS avail, coalesce((SELECT refusing FROM prev), false) AS was_refusing),             next AS (SELECT avail, was_refusing, CASE WHEN avail >= 1 THEN avail - 1 ELSE avail END AS left_over             FROM now_state), put AS (INSERT INTO warden_rate (key, tokens, at_unix_ns, refusing, full_unix_ns)             SELECT $1, left_over, $4, avail < 1, $4 + least(9e18, ($3 - left_over) / $2 * 1e9)::bigint FROM next             ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, at_unix_ns = EXCLUDED.at_unix_ns, refusing             = EXCLUDED.refusing, full_unix_ns = EXCLUDED.full_unix_ns RETURNING 1) SELECT avail, was_refusing             FROM next, put";
+        let burst = f64::from(rate.burst.max(1));
+        let per_second = if rate.per_second > 0.0 { rate.per_second } else { 1e-9 };
+        let client = self.readers.client().await?;
+        let row = client.query_one(TAKE, &[&key, &per_second, &burst, &now_unix_ns]).await.map_err(pg_error)?;
+        let (available, was_refusing): (f64, bool) = (row.get(0), row.get(1));
+        if available >= 1.0 {
+            return Ok(Ok(()));
+        }
+        let wait = ((1.0 - available) / per_second).clamp(0.001, 3600.0);
+        Ok(Err(crate::ratelimit::Limited {
+            retry_after: std::time::Duration::from_secs_f64(wait),
+            first: !was_refusing,
+        }))
     }
 
     pub(crate) async fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
@@ -479,11 +506,6 @@ impl Postgres {
             head = checked.head;
         }
         report(total, head, None)
-    }
-
-    /// Whether the listener's connection is up now.
-    pub(crate) fn listening(&self) -> bool {
-        self.listening.load(Ordering::Acquire) > 0
     }
 
     /// Records what this monitor serves, for `policy status` on every

@@ -61,6 +61,17 @@ const MIGRATIONS: &[&str] = &[
         record text NOT NULL,
         PRIMARY KEY (session, harness, user_id)
     );
+    -- Rate limits' token buckets, shared: a harness's rate holds across
+    -- monitors, not once per monitor. A bucket past `full_unix_ns` has
+    -- refilled and is the same as none.
+    CREATE TABLE warden_rate (
+        key text PRIMARY KEY,
+        tokens double precision NOT NULL,
+        at_unix_ns bigint NOT NULL,
+        refusing boolean NOT NULL,
+        full_unix_ns bigint NOT NULL
+    );
+    CREATE INDEX warden_rate_full ON warden_rate (full_unix_ns);
     -- The monitors that use the database: what each serves, seen when.
     CREATE TABLE warden_replicas (
         replica text PRIMARY KEY,
