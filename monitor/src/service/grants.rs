@@ -110,9 +110,15 @@ impl Monitor {
         }
         let snapshot = self.snapshot();
         let entry = grant_entry(grant, kind, caller, vec![], &snapshot);
-        self.store
-            .commit(Commit { grant: Some(GrantChange::Remove(grant.grant_id.clone())), ..Commit::record(entry) })
-            .await?;
+        // Removed once: on a shared store another monitor's sweeper (or an
+        // admin there) may have removed it first; then nothing is recorded.
+        let guard = Guard::GrantExists { grant_id: grant.grant_id.clone() };
+        let commit =
+            Commit { guard, grant: Some(GrantChange::Remove(grant.grant_id.clone())), ..Commit::record(entry) };
+        match self.store.commit(commit).await? {
+            Committed::New { .. } | Committed::GrantGone => {}
+            other => return Err(unexpected(other)),
+        }
         write(&self.grants).remove(&grant.grant_id);
         Ok(())
     }

@@ -88,6 +88,12 @@ pub(crate) enum Guard {
         /// The approval.
         approval_id: String,
     },
+    /// The grant is still stored (else nothing is appended: another
+    /// monitor, or an admin, removed it first).
+    GrantExists {
+        /// The grant.
+        grant_id: String,
+    },
 }
 
 /// One audit record and the state that goes with it, made durable together.
@@ -166,6 +172,8 @@ pub(crate) enum Committed {
     /// The session's labels changed since the decision read them: nothing
     /// appended; decide again.
     SessionMoved,
+    /// The grant is no longer stored: nothing appended.
+    GrantGone,
 }
 
 pub(super) struct Job {
@@ -197,6 +205,8 @@ pub(super) struct Overlay {
     pub(super) sessions: HashMap<SessionKey, SessionRecord>,
     /// Locks put (`Some`) or removed (`None`) earlier in the batch.
     pub(super) locks: HashMap<String, Option<Lock>>,
+    /// Grants put (true) or removed (false) earlier in the batch.
+    pub(super) grants: HashMap<String, bool>,
 }
 
 impl Overlay {
@@ -207,6 +217,15 @@ impl Overlay {
             }
             Some(LockChange::Remove(target)) => {
                 self.locks.insert(target.clone(), None);
+            }
+            None => {}
+        }
+        match &write.grant {
+            Some(GrantChange::Put(grant)) => {
+                self.grants.insert(grant.grant_id.clone(), true);
+            }
+            Some(GrantChange::Remove(id)) => {
+                self.grants.insert(id.clone(), false);
             }
             None => {}
         }
@@ -267,6 +286,11 @@ impl InFlight {
     /// A lock put (`Some(Some)`) or removed (`Some(None)`) in flight.
     pub(super) fn lock(&self, target: &str) -> Option<Option<Lock>> {
         self.newest(|o| o.locks.get(target).cloned())
+    }
+
+    /// A grant put (`Some(true)`) or removed (`Some(false)`) in flight.
+    pub(super) fn grant(&self, grant_id: &str) -> Option<bool> {
+        self.newest(|o| o.grants.get(grant_id).copied())
     }
 
     pub(super) fn has_locks(&self) -> bool {

@@ -21,6 +21,8 @@ pub(super) trait View {
     fn lock(&self, target: &str) -> Result<Option<Lock>, StoreError>;
     /// False only when no lock can be stored at all (a fast path).
     fn may_have_locks(&self) -> bool;
+    /// Whether the grant is stored.
+    fn grant_exists(&self, grant_id: &str) -> Result<bool, StoreError>;
 }
 
 /// The session record as of the batch being planned.
@@ -105,6 +107,16 @@ pub(super) fn plan(
             let current = stored_approval(view, overlay, approval_id, "the approval to resolve is missing")?;
             if current.state != ApprovalState::Pending {
                 return Ok(Planned::Answer(Box::new(Committed::NotPending(Box::new(current)))));
+            }
+            None
+        }
+        Guard::GrantExists { grant_id } => {
+            let exists = match overlay.grants.get(grant_id) {
+                Some(put) => *put,
+                None => view.grant_exists(grant_id)?,
+            };
+            if !exists {
+                return Ok(Planned::Answer(Box::new(Committed::GrantGone)));
             }
             None
         }

@@ -108,6 +108,13 @@ impl View for EmbeddedView<'_> {
     fn may_have_locks(&self) -> bool {
         self.in_flight.has_locks() || !self.trees.locks.is_empty()
     }
+
+    fn grant_exists(&self, grant_id: &str) -> Result<bool, StoreError> {
+        match self.in_flight.grant(grant_id) {
+            Some(put) => Ok(put),
+            None => Ok(self.trees.grants.contains_key(grant_id.as_bytes())?),
+        }
+    }
 }
 
 impl WriteLoop {

@@ -418,3 +418,49 @@ async fn a_harness_rate_limit_holds_across_monitors_not_once_per_monitor() {
     let refusals = audit(&monitors[1].endpoint).await.iter().filter(|r| r.kind == "rate-limited").count();
     assert_eq!(refusals, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grant_made_on_one_monitor_applies_on_another_and_expires_once() {
+    let Some((cluster, wardend)) = setup("a_grant_made_on_one_monitor_applies_on_another_and_expires_once") else {
+        return;
+    };
+    let monitors = replicas(&wardend, &cluster, 2);
+    let b = harness(&monitors[1].endpoint).await;
+    let agent = Actor::new("alice", "claude-code", "granted");
+    let write = || ActionRequest::write_file("/srv/shared/x");
+    assert_eq!(b.authorize(&agent, write()).await.unwrap().outcome, Outcome::Deny);
+    let grant = admin(&monitors[0].endpoint)
+        .await
+        .create_grant(pb::CreateGrantRequest {
+            user: "alice".into(),
+            actions: vec!["fs.write".into()],
+            resource_scope: "file:/srv/shared/x".into(),
+            ttl_seconds: 2,
+            reason: "a shared file, for two seconds".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // B hears of it and decides with it.
+    let allowed = eventually("B decides with the grant made on A", || async {
+        let decision = b.authorize(&agent, write()).await.ok()?;
+        (decision.outcome == Outcome::Allow).then_some(decision)
+    })
+    .await;
+    assert_eq!(allowed.grant_ids, [grant.grant_id.clone()]);
+    // Both sweepers see it expire; it is removed once.
+    eventually("the grant expires", || async {
+        (b.authorize(&agent, write()).await.ok()?.outcome == Outcome::Deny).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let expired = audit(&monitors[0].endpoint)
+        .await
+        .iter()
+        .filter(|r| {
+            r.kind == "grant.expired" && r.reasons.iter().chain(&r.policy_ids).any(|t| t.contains(&grant.grant_id))
+        })
+        .count();
+    assert_eq!(expired, 1, "two sweepers expire it once");
+}

@@ -17,6 +17,8 @@ struct PgView {
     approvals: HashMap<String, ApprovalRecord>,
     sessions: HashMap<SessionKey, SessionRecord>,
     locks: HashMap<String, Lock>,
+    /// Of the grants the batch's guards name, those stored.
+    grants: std::collections::HashSet<String>,
 }
 
 impl View for PgView {
@@ -39,6 +41,10 @@ impl View for PgView {
     fn may_have_locks(&self) -> bool {
         !self.locks.is_empty()
     }
+
+    fn grant_exists(&self, grant_id: &str) -> Result<bool, StoreError> {
+        Ok(self.grants.contains(grant_id))
+    }
 }
 
 /// `harness NUL request id` back into its parts.
@@ -56,6 +62,7 @@ struct Statements {
     approvals: Statement,
     sessions: Statement,
     locks: Statement,
+    grants: Statement,
     insert_audit: Statement,
     put_requests: Statement,
     put_approvals: Statement,
@@ -78,6 +85,7 @@ impl Statements {
             "SELECT s.record FROM warden_sessions s JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(session, \
              harness, user_id) USING (session, harness, user_id)",
             "SELECT target, record FROM warden_locks",
+            "SELECT grant_id FROM warden_grants WHERE grant_id = ANY($1::text[])",
             "INSERT INTO warden_audit (seq, time_unix_ns, replica, record) SELECT seq, t, $3, r FROM \
              unnest($1::bigint[], $2::bigint[], $4::text[]) AS x(seq, t, r)",
             "INSERT INTO warden_requests (harness, request_id, decided_unix_ns, remembered) SELECT * FROM \
@@ -106,6 +114,7 @@ impl Statements {
             approvals,
             sessions,
             locks,
+            grants,
             insert_audit,
             put_requests,
             put_approvals,
@@ -116,7 +125,7 @@ impl Statements {
             remove_lock,
             move_head,
             notify,
-        ]: [Statement; 15] =
+        ]: [Statement; 16] =
             prepared.try_into().map_err(|_| StoreError::Postgres("a statement was not prepared".into()))?;
         Ok(Self {
             head,
@@ -124,6 +133,7 @@ impl Statements {
             approvals,
             sessions,
             locks,
+            grants,
             insert_audit,
             put_requests,
             put_approvals,
@@ -271,7 +281,8 @@ async fn transact(
 
 /// The rows the batch's guards and session changes need.
 async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) -> Result<PgView, StoreError> {
-    let (mut harnesses, mut request_ids, mut approval_ids) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut harnesses, mut request_ids, mut approval_ids, mut grant_ids) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut sessions, mut session_harnesses, mut users) = (Vec::new(), Vec::new(), Vec::new());
     for commit in commits {
         match &commit.guard {
@@ -281,6 +292,7 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
             }
             Guard::StillPending { approval_id } => approval_ids.push(approval_id.clone()),
             Guard::Answer { approval_id } if !approval_id.is_empty() => approval_ids.push(approval_id.clone()),
+            Guard::GrantExists { grant_id } => grant_ids.push(grant_id.clone()),
             Guard::Answer { .. } | Guard::None => {}
         }
         if let Some(change) = &commit.session {
@@ -293,12 +305,14 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
     let request_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&harnesses, &request_ids];
     let approval_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&approval_ids];
     let session_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&sessions, &session_harnesses, &users];
-    // Sent together: one round trip, not four.
-    let (requests, approvals, session_rows, locks) = tokio::try_join!(
+    let grant_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&grant_ids];
+    // Sent together: one round trip, not five.
+    let (requests, approvals, session_rows, locks, grants) = tokio::try_join!(
         tx.query(&st.requests, &request_keys),
         tx.query(&st.approvals, &approval_keys),
         tx.query(&st.sessions, &session_keys),
         tx.query(&st.locks, &[]),
+        tx.query(&st.grants, &grant_keys),
     )
     .map_err(pg_error)?;
     let mut view = PgView::default();
@@ -316,6 +330,7 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
         let session: SessionRecord = from_json(trees::SESSIONS, "", row.get(0))?;
         view.sessions.insert(session.key(), session);
     }
+    view.grants = grants.iter().map(|row| row.get(0)).collect();
     for row in locks {
         let target: String = row.get(0);
         let lock: Lock = from_json(trees::LOCKS, &target, row.get(1))?;
