@@ -12,6 +12,17 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
 
+/// What a cluster started with [`PgCluster::start_secured_or_skip`] asks of
+/// the role `warden`: TLS and its password.
+pub struct Secured {
+    /// The CA (PEM file) that signed the server's certificate (for `localhost`).
+    pub ca_file: PathBuf,
+    /// A file whose first line is `warden`'s password.
+    pub password_file: PathBuf,
+    /// `postgres://warden@localhost:PORT/warden?sslmode=require`.
+    pub url: String,
+}
+
 /// A running PostgreSQL server with one database, `warden`.
 pub struct PgCluster {
     bin: PathBuf,
@@ -55,7 +66,69 @@ impl PgCluster {
         Self::start(bin).map(Some)
     }
 
-    fn start(bin: PathBuf) -> anyhow::Result<Self> {
+    /// Starts a cluster where the role `warden` (the database's owner) may
+    /// connect only over TLS (`hostssl`) with its password (SCRAM), as in a
+    /// deployment; the test's own `psql` stays the trusted superuser.
+    pub fn start_secured_or_skip(test: &str) -> anyhow::Result<Option<(Self, Secured)>> {
+        let Some(bin) = server_bin() else {
+            assert!(
+                std::env::var_os("WARDEN_REQUIRE_POSTGRES").is_none(),
+                "WARDEN_REQUIRE_POSTGRES is set but PostgreSQL's initdb is not installed (apt-get install postgresql)"
+            );
+            eprintln!("skipping {test}: PostgreSQL is not installed (apt-get install postgresql)");
+            return Ok(None);
+        };
+        let mut cluster = Self::init(bin)?;
+        let data = PathBuf::from(cluster.data());
+        // A CA of the test's and a certificate for localhost.
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::default();
+        ca.distinguished_name.push(DnType::CommonName, "warden test database CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_pem = ca.self_signed(&ca_key)?.pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate()?;
+        let mut leaf = CertificateParams::new(vec!["localhost".to_owned()])?;
+        leaf.subject_alt_names.push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        let cert = leaf.signed_by(&key, &issuer)?;
+        cluster.write_owned(&data.join("server.crt"), cert.pem().as_bytes(), 0o644)?;
+        cluster.write_owned(&data.join("server.key"), key.serialize_pem().as_bytes(), 0o600)?;
+        let mut conf = std::fs::read_to_string(data.join("postgresql.conf"))?;
+        conf.push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        cluster.write_owned(&data.join("postgresql.conf"), conf.as_bytes(), 0o600)?;
+        // First match wins: warden only over TLS with its password; the
+        // superuser (the test) trusted on loopback.
+        let hba = "hostssl all warden 127.0.0.1/32 scram-sha-256\nhost all warden 127.0.0.1/32 reject\n\
+                   host all postgres 127.0.0.1/32 trust\nlocal all all trust\n";
+        cluster.write_owned(&data.join("pg_hba.conf"), hba.as_bytes(), 0o600)?;
+        cluster.port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        cluster.start_server()?;
+        let password = format!("pw-{}", cluster.port);
+        cluster.run("createdb", &["-h", "127.0.0.1", "-p", &cluster.port.to_string(), "-U", "postgres", "warden"])?;
+        cluster
+            .psql(&format!("CREATE ROLE warden LOGIN PASSWORD '{password}'; ALTER DATABASE warden OWNER TO warden"))?;
+        let ca_file = cluster.dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca_pem)?;
+        let password_file = cluster.dir.path().join("password");
+        std::fs::write(&password_file, format!("{password}\n"))?;
+        let url = format!("postgres://warden@localhost:{}/warden?sslmode=require", cluster.port);
+        Ok(Some((cluster, Secured { ca_file, password_file, url })))
+    }
+
+    /// Writes a file in the cluster's folder that the server (as
+    /// `postgres`) owns.
+    fn write_owned(&self, path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+        std::fs::write(path, bytes)?;
+        set_mode(path, mode)?;
+        if self.as_postgres {
+            chown_to_postgres(path)?;
+        }
+        Ok(())
+    }
+
+    /// A cluster made with initdb, not started.
+    fn init(bin: PathBuf) -> anyhow::Result<Self> {
         let as_postgres = is_root();
         let dir = tempfile::Builder::new().prefix("warden-pg").tempdir()?;
         // The server runs as `postgres`: it must reach its folder.
@@ -63,8 +136,13 @@ impl PgCluster {
         if as_postgres {
             chown_to_postgres(dir.path())?;
         }
-        let mut cluster = Self { bin, dir, port: 0, as_postgres, running: false };
+        let cluster = Self { bin, dir, port: 0, as_postgres, running: false };
         cluster.run("initdb", &["-D", &cluster.data(), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])?;
+        Ok(cluster)
+    }
+
+    fn start(bin: PathBuf) -> anyhow::Result<Self> {
+        let mut cluster = Self::init(bin)?;
         // A port free now; another process could take it before the server
         // binds it, in which case pg_ctl fails and says so.
         cluster.port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();

@@ -3,6 +3,7 @@
 //! database is away.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -118,4 +119,57 @@ async fn the_database_down_every_monitor_fails_closed_and_recovers_by_itself() {
     all_recorded(&told, &records);
     assert!(records.iter().all(|r| !r.request_id.starts_with("during-")), "nothing refused is recorded");
     assert!(verify(&monitors[1].endpoint).await.ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_is_reached_over_tls_with_a_password_from_a_file_and_nothing_less() {
+    let test = "the_database_is_reached_over_tls_with_a_password_from_a_file_and_nothing_less";
+    let Some(wardend) = warden_tests::replicas::wardend() else {
+        assert!(std::env::var_os("WARDEN_REQUIRE_POSTGRES").is_none(), "wardend is not built");
+        eprintln!("skipping {test}: wardend is not built");
+        return;
+    };
+    let Some((cluster, secured)) = PgCluster::start_secured_or_skip(test).unwrap() else { return };
+    let credentials = warden_tests::replicas::config_with("unused", warden_tests::replicas::credentials());
+    let credentials = credentials.split("[store]").next().unwrap().to_owned();
+    let config = |store: &str| format!("{credentials}[store]\n{store}\n");
+    let quoted = |path: &Path| serde_json::Value::from(path.display().to_string()).to_string();
+    let good = config(&format!(
+        "url = \"{}\"\npassword_file = {}\nca_file = {}",
+        secured.url,
+        quoted(&secured.password_file),
+        quoted(&secured.ca_file)
+    ));
+    let monitor = Replica::start_with(&wardend, &bundled(), &good, &[]).unwrap();
+    let client = harness(&monitor.endpoint).await;
+    let agent = Actor::new("alice", "claude-code", "tls");
+    let decision = client.authorize(&agent, ActionRequest::read_file("/home/alice/project/README.md")).await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Allow);
+    // Every connection of the monitor is TLS.
+    let connections = cluster
+        .psql("SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.usename = 'warden'")
+        .unwrap();
+    assert!(!connections.trim().is_empty() && connections.lines().all(|l| l == "t"), "{connections:?}");
+
+    // Without the CA, the server's certificate is not trusted: no start.
+    let untrusted = config(&format!("url = \"{}\"\npassword_file = {}", secured.url, quoted(&secured.password_file)));
+    let refused = Replica::start_with(&wardend, &bundled(), &untrusted, &[]).err().expect("no start without the CA");
+    assert!(refused.to_string().to_lowercase().contains("certificate"), "{refused}");
+    // A password in the URL is refused before anything is sent.
+    let in_url = secured.url.replace("warden@", "warden:secret@");
+    let refused = Replica::start_with(&wardend, &bundled(), &config(&format!("url = \"{in_url}\"")), &[])
+        .err()
+        .expect("no start with a password in the URL");
+    assert!(refused.to_string().contains("password_file"), "{refused}");
+    // A wrong password: no start, and the monitor says why.
+    let wrong = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(wrong.path(), "not-the-password\n").unwrap();
+    let bad = config(&format!(
+        "url = \"{}\"\npassword_file = {}\nca_file = {}",
+        secured.url,
+        quoted(wrong.path()),
+        quoted(&secured.ca_file)
+    ));
+    let refused = Replica::start_with(&wardend, &bundled(), &bad, &[]).err().expect("no start with a wrong password");
+    assert!(refused.to_string().contains("password authentication failed"), "{refused}");
 }

@@ -464,3 +464,42 @@ async fn a_grant_made_on_one_monitor_applies_on_another_and_expires_once() {
         .count();
     assert_eq!(expired, 1, "two sweepers expire it once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_of_the_log_on_one_monitor_gets_the_records_another_appends() {
+    let Some((cluster, wardend)) = setup("a_follower_of_the_log_on_one_monitor_gets_the_records_another_appends")
+    else {
+        return;
+    };
+    let monitors = replicas(&wardend, &cluster, 2);
+    let a = harness(&monitors[0].endpoint).await;
+    let agent = Actor::new("alice", "claude-code", "followed");
+    a.authorize(&agent, ActionRequest::read_file("/home/alice/project/0.rs")).await.unwrap();
+    let mut follow = admin(&monitors[1].endpoint)
+        .await
+        .tail_audit(pb::TailAuditRequest { all: true, follow: true, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(follow.message().await.unwrap().unwrap().seq, 1);
+    let mut told = Vec::new();
+    for n in 1..=5 {
+        let path = format!("/home/alice/project/{n}.rs");
+        told.push(a.authorize(&agent, ActionRequest::read_file(path)).await.unwrap().audit_seq);
+    }
+    let mut followed = Vec::new();
+    while followed.len() < told.len() {
+        let record = tokio::time::timeout(Duration::from_secs(10), follow.message())
+            .await
+            .expect("B sends the records A appends")
+            .unwrap()
+            .unwrap();
+        followed.push(record.seq);
+    }
+    assert_eq!(followed, told);
+    // `wardenctl audit verify` on B signs the head it verified (B's own key).
+    let report = verify(&monitors[1].endpoint).await;
+    assert!(report.ok);
+    let checkpoint = report.checkpoint.expect("a signed checkpoint");
+    assert_eq!((checkpoint.seq, checkpoint.hash), (report.head_seq, report.head_hash));
+}

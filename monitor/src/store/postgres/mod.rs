@@ -58,10 +58,18 @@ pub(crate) fn replica_name() -> String {
 
 /// A failed statement or connection, for the caller (which fails closed).
 pub(super) fn pg_error(e: tokio_postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(db) => StoreError::Postgres(format!("{}: {}", db.code().code(), db.message())),
-        None => StoreError::Postgres(e.to_string()),
+    if let Some(db) = e.as_db_error() {
+        return StoreError::Postgres(format!("{}: {}", db.code().code(), db.message()));
     }
+    // The causes too: "error performing TLS handshake" alone says not which
+    // certificate was refused.
+    let mut message = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(inner) = cause {
+        message.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    StoreError::Postgres(message)
 }
 
 /// A stored value that does not decode.
