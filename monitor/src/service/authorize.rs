@@ -224,6 +224,9 @@ impl Monitor {
     /// approved one's ALLOW is given once, then refused), in a `replay`
     /// record that names the record it repeats, durable before the answer.
     async fn answer_again(&self, decided: &Decided<'_>, earlier: DecisionRecord) -> Result<DecisionRecord, CallError> {
+        // A replay gives the session nothing (the first answer did), and
+        // says so, whatever the store kept of the first.
+        let earlier = DecisionRecord { labels: vec![], ..earlier };
         let request = decided.request;
         let entry = AuditEntry {
             time_unix_ns: decided.now_ns,

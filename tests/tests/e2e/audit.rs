@@ -115,6 +115,9 @@ async fn records_and_chain_survive_a_restart_and_the_sequence_continues() {
 /// their labels.
 #[tokio::test]
 async fn a_store_with_the_json_records_of_older_versions_carries_over() {
+    if crate::support::embedded_only("a_store_with_the_json_records_of_older_versions_carries_over") {
+        return;
+    }
     let mut monitor = TestMonitor::start().await;
     decide_three(&monitor).await;
     let keyed = ActionRequest::read_file("/home/alice/project/keyed.rs").request_id("keyed-1");
@@ -240,6 +243,9 @@ fn rewrite_as_json<R: Record + serde::Serialize>(db: &sled::Db, tree: &str) -> u
 
 #[tokio::test]
 async fn a_rewritten_record_is_detected_and_named() {
+    if crate::support::embedded_only("a_rewritten_record_is_detected_and_named") {
+        return;
+    }
     let mut monitor = TestMonitor::start().await;
     decide_three(&monitor).await;
     monitor.stop_server().await;
@@ -255,6 +261,9 @@ async fn a_rewritten_record_is_detected_and_named() {
 
 #[tokio::test]
 async fn a_flipped_byte_in_a_hash_or_a_removed_record_is_detected() {
+    if crate::support::embedded_only("a_flipped_byte_in_a_hash_or_a_removed_record_is_detected") {
+        return;
+    }
     let mut monitor = TestMonitor::start().await;
     decide_three(&monitor).await;
     monitor.stop_server().await;

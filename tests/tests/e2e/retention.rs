@@ -48,6 +48,9 @@ fn live_segments(monitor: &TestMonitor) -> Vec<(String, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_segments_leave_closed_by_a_signed_checkpoint_and_the_rest_still_verifies() {
+    if crate::support::embedded_only("old_segments_leave_closed_by_a_signed_checkpoint_and_the_rest_still_verifies") {
+        return;
+    }
     let archive = tempfile::tempdir().unwrap();
     let audit = AuditConfig {
         retain_bytes: Some(4 * SEGMENT),
@@ -105,6 +108,9 @@ async fn old_segments_leave_closed_by_a_signed_checkpoint_and_the_rest_still_ver
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_archive_old_segments_are_deleted_and_kept_ones_are_whole() {
+    if crate::support::embedded_only("without_an_archive_old_segments_are_deleted_and_kept_ones_are_whole") {
+        return;
+    }
     let audit = AuditConfig { retain_bytes: Some(3 * SEGMENT), segment_bytes: SEGMENT, ..AuditConfig::default() };
     let monitor = TestMonitor::start_with_audit(audit).await;
     decide_until(&monitor, async |m: &TestMonitor| {
@@ -136,6 +142,9 @@ fn offline(monitor: &TestMonitor) -> Result<warden_monitor::store::VerifyReport,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_segment_taken_from_the_middle_is_reported_missing() {
+    if crate::support::embedded_only("a_segment_taken_from_the_middle_is_reported_missing") {
+        return;
+    }
     let monitor = stopped_with_segments(4).await;
     assert!(offline(&monitor).unwrap().ok());
     let segments = live_segments(&monitor);
@@ -149,6 +158,9 @@ async fn a_segment_taken_from_the_middle_is_reported_missing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_segments_deleted_by_hand_are_not_vouched_for_by_a_periodic_checkpoint() {
+    if crate::support::embedded_only("old_segments_deleted_by_hand_are_not_vouched_for_by_a_periodic_checkpoint") {
+        return;
+    }
     let mut monitor = stopped_with_segments(3).await;
     // The shutdown checkpoint signs the head; the next start begins a
     // segment right after it.
@@ -171,6 +183,9 @@ async fn old_segments_deleted_by_hand_are_not_vouched_for_by_a_periodic_checkpoi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removal_record_forged_without_the_key_vouches_for_nothing() {
+    if crate::support::embedded_only("a_removal_record_forged_without_the_key_vouches_for_nothing") {
+        return;
+    }
     let mut monitor = stopped_with_segments(3).await;
     // The shutdown checkpoint signs the head; the next start begins a
     // segment right after it, so that record is vouched for by a checkpoint.
@@ -225,6 +240,9 @@ async fn a_removal_record_forged_without_the_key_vouches_for_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_byte_in_the_newest_segment_is_refused_not_cut_off() {
+    if crate::support::embedded_only("a_flipped_byte_in_the_newest_segment_is_refused_not_cut_off") {
+        return;
+    }
     let monitor = stopped_with_segments(2).await;
     let newest = monitor.store_dir().join("audit").join(&live_segments(&monitor).last().unwrap().0);
     let mut bytes = std::fs::read(&newest).unwrap();

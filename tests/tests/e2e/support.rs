@@ -160,9 +160,31 @@ impl TestMonitor {
             tls: None,
             socket: None,
             audit: self.audit.clone(),
-            store: None,
+            store: self.postgres(),
             monitor,
         }
+    }
+
+    /// With `WARDEN_E2E_STORE=postgres://USER@HOST:PORT` (a cluster that
+    /// trusts the user), every test's monitor keeps its state in a database
+    /// of its own there: the suite run against the PostgreSQL store.
+    fn postgres(&self) -> Option<warden_monitor::store::postgres::PgOptions> {
+        let base = std::env::var("WARDEN_E2E_STORE").ok()?;
+        let name = self
+            .data
+            .path()
+            .file_name()?
+            .to_string_lossy()
+            .to_lowercase()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+        let database = format!("e2e_{name}");
+        let made = std::process::Command::new("psql")
+            .args(["-X", "-q", &format!("{base}/postgres"), "-c", &format!("CREATE DATABASE {database}")])
+            .output()
+            .expect("psql");
+        let said = String::from_utf8_lossy(&made.stderr);
+        assert!(made.status.success() || said.contains("already exists"), "{said}");
+        Some(warden_monitor::store::postgres::PgOptions { url: format!("{base}/{database}"), ..Default::default() })
     }
 
     async fn launch(&mut self) {
@@ -330,4 +352,14 @@ pub fn command(argv: &[&str]) -> pb::authorize_request::Resource {
 
 pub fn http(method: &str, url: &str) -> pb::authorize_request::Resource {
     pb::authorize_request::Resource::Http(pb::HttpResource { method: method.into(), url: url.into() })
+}
+
+/// Whether a test of the embedded store's own files must skip: the suite
+/// runs against PostgreSQL (`WARDEN_E2E_STORE`), where they do not exist.
+pub fn embedded_only(test: &str) -> bool {
+    let on_postgres = std::env::var_os("WARDEN_E2E_STORE").is_some();
+    if on_postgres {
+        eprintln!("skipping {test}: it reads the embedded store's files, and the suite runs on PostgreSQL");
+    }
+    on_postgres
 }

@@ -503,3 +503,26 @@ async fn a_follower_of_the_log_on_one_monitor_gets_the_records_another_appends()
     let checkpoint = report.checkpoint.expect("a signed checkpoint");
     assert_eq!((checkpoint.seq, checkpoint.hash), (report.head_seq, report.head_hash));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cap_on_a_harness_s_waiting_approvals_counts_every_monitor_s() {
+    let Some((cluster, wardend)) = setup("the_cap_on_a_harness_s_waiting_approvals_counts_every_monitor_s") else {
+        return;
+    };
+    let config = format!("max_pending_per_harness = 2\n{}", warden_tests::replicas::config(&cluster.url()));
+    let monitors: Vec<Replica> =
+        (0..2).map(|_| Replica::start_with(&wardend, &bundled(), &config, &[]).unwrap()).collect();
+    let (a, b) = (harness(&monitors[0].endpoint).await, harness(&monitors[1].endpoint).await);
+    // Two waiting: one asked through A, one through B.
+    exfiltration(&a, "cap-1").await;
+    exfiltration(&b, "cap-2").await;
+    // A third, through either, is denied without asking anyone.
+    for (client, session) in [(&a, "cap-3"), (&b, "cap-4")] {
+        let agent = Actor::new("alice", "claude-code", session);
+        client.authorize(&agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
+        client.authorize(&agent, ActionRequest::read_file("/home/alice/private/salaries.csv")).await.unwrap();
+        let third = client.authorize(&agent, post_issue()).await.unwrap();
+        assert_eq!(third.outcome, Outcome::Deny, "{third:?}");
+        assert!(third.reasons.iter().any(|r| r.contains("already has 2 approvals waiting")), "{third:?}");
+    }
+}

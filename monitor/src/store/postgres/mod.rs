@@ -326,6 +326,9 @@ impl Postgres {
         const TAKE: &str = "WITH prev AS (SELECT tokens, at_unix_ns, refusing FROM warden_rate WHERE key = $1 FOR             UPDATE), now_state AS (SELECT coalesce((SELECT least($3, tokens + greatest(0, $4 - at_unix_ns)::float8             * $2 / 1e9) FROM prev), $3) AS avail, coalesce((SELECT refusing FROM prev), false) AS was_refusing),             next AS (SELECT avail, was_refusing, CASE WHEN avail >= 1 THEN avail - 1 ELSE avail END AS left_over             FROM now_state), put AS (INSERT INTO warden_rate (key, tokens, at_unix_ns, refusing, full_unix_ns)             SELECT $1, left_over, $4, avail < 1, $4 + least(9e18, ($3 - left_over) / $2 * 1e9)::bigint FROM next             ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, at_unix_ns = EXCLUDED.at_unix_ns, refusing             = EXCLUDED.refusing, full_unix_ns = EXCLUDED.full_unix_ns RETURNING 1) SELECT avail, was_refusing             FROM next, put";
         let burst = f64::from(rate.burst.max(1));
         let per_second = if rate.per_second > 0.0 { rate.per_second } else { 1e-9 };
+        // The limiter's keys separate their parts with NUL, which a text
+        // column cannot hold: the row's key is their hash.
+        let key = hex::encode(sha2::Sha256::digest(key.as_bytes()));
         let client = self.readers.client().await?;
         let row = client.query_one(TAKE, &[&key, &per_second, &burst, &now_unix_ns]).await.map_err(pg_error)?;
         let (available, was_refusing): (f64, bool) = (row.get(0), row.get(1));
