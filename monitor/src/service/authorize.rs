@@ -74,6 +74,10 @@ impl Monitor {
                     _ => String::new(),
                 },
                 seen_labels: &facts.labels,
+                caps: crate::store::Caps {
+                    per_session: self.config.max_pending_per_session,
+                    per_harness: self.config.max_pending_per_harness,
+                },
             };
             // The writer looks the idempotency key up (the service does not
             // read it first: a replay is rare, a lookup on every request is
@@ -387,6 +391,8 @@ pub(super) struct Decided<'a> {
     approval_id: String,
     /// The session's labels the decision was made with.
     seen_labels: &'a std::collections::BTreeSet<String>,
+    /// How many approvals may wait at once.
+    caps: crate::store::Caps,
 }
 
 impl Decided<'_> {
@@ -479,6 +485,7 @@ impl Decided<'_> {
             approval,
             session: Some(session),
             seen_labels: Some(self.seen_labels.clone()),
+            caps: Some(self.caps),
             ..Commit::record(entry)
         }
     }

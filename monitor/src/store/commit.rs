@@ -120,6 +120,17 @@ pub(crate) struct Commit {
     /// ones differ by the time the writer plans it, nothing is written and
     /// the caller decides again ([`Committed::SessionMoved`]).
     pub(crate) seen_labels: Option<std::collections::BTreeSet<String>>,
+    /// For a new approval: how many may wait at once; one more is a DENY.
+    pub(crate) caps: Option<Caps>,
+}
+
+/// The most approvals that may wait at once, per session and per harness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Per session.
+    pub(crate) per_session: usize,
+    /// Per harness credential, over all its sessions.
+    pub(crate) per_harness: usize,
 }
 
 impl Commit {
@@ -143,6 +154,7 @@ impl Commit {
             lock: None,
             session: None,
             seen_labels: None,
+            caps: None,
         }
     }
 }
@@ -291,6 +303,11 @@ impl InFlight {
     /// A grant put (`Some(true)`) or removed (`Some(false)`) in flight.
     pub(super) fn grant(&self, grant_id: &str) -> Option<bool> {
         self.newest(|o| o.grants.get(grant_id).copied())
+    }
+
+    /// Every approval written in flight.
+    pub(super) fn approvals(&self) -> Vec<ApprovalRecord> {
+        self.batches().iter().flat_map(|o| o.approvals.values().cloned()).collect()
     }
 
     pub(super) fn has_locks(&self) -> bool {

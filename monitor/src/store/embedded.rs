@@ -283,7 +283,7 @@ impl Embedded {
         Self::count_waiting(&self.trees.pending_harnesses, harness.as_bytes(), now_unix_ns)
     }
 
-    fn count_waiting(tree: &sled::Tree, owner: &[u8], now_unix_ns: i64) -> Result<usize, StoreError> {
+    pub(super) fn count_waiting(tree: &sled::Tree, owner: &[u8], now_unix_ns: i64) -> Result<usize, StoreError> {
         let mut prefix = owner.to_vec();
         prefix.push(0);
         let mut count = 0;

@@ -52,7 +52,7 @@ mod writer;
 pub(crate) use self::chain::REMOVED_KIND;
 pub use self::chain::{Removal, VerifyReport, verify_chain};
 pub use self::commit::Head;
-pub(crate) use self::commit::{Commit, Committed, GrantChange, Guard, LockChange, SessionChange};
+pub(crate) use self::commit::{Caps, Commit, Committed, GrantChange, Guard, LockChange, SessionChange};
 pub(crate) use self::embedded::Embedded;
 pub use self::keys::trees;
 pub(crate) use self::offline::segment_end as offline_segment_end;

@@ -23,6 +23,9 @@ pub(super) trait View {
     fn may_have_locks(&self) -> bool;
     /// Whether the grant is stored.
     fn grant_exists(&self, grant_id: &str) -> Result<bool, StoreError>;
+    /// How many approvals wait at `now_unix_ns` for the session `key` and
+    /// for the harness `harness` (one past its deadline does not).
+    fn waiting(&self, key: &SessionKey, harness: &str, now_unix_ns: i64) -> Result<(usize, usize), StoreError>;
 }
 
 /// The session record as of the batch being planned.
@@ -54,6 +57,42 @@ fn stored_approval(
         key: approval_id.to_owned(),
         message: missing.to_owned(),
     })
+}
+
+/// Why `approval` may not wait, when its session or its harness already has
+/// as many waiting as `caps` allow (the batch's earlier new ones counted).
+fn over_cap(
+    view: &impl View,
+    overlay: &Overlay,
+    caps: Caps,
+    approval: &ApprovalRecord,
+) -> Result<Option<String>, StoreError> {
+    let now = approval.created_unix_ns;
+    let key = SessionKey::of(&approval.request.actor, &approval.harness);
+    let (mut of_session, mut of_harness) = view.waiting(&key, &approval.harness, now)?;
+    for earlier in overlay.approvals.values() {
+        let new = earlier.state == ApprovalState::Pending
+            && earlier.expires_unix_ns > now
+            && view.approval(&earlier.approval_id)?.is_none();
+        if new && earlier.harness == approval.harness {
+            of_harness += 1;
+            of_session += usize::from(SessionKey::of(&earlier.request.actor, &earlier.harness) == key);
+        }
+    }
+    let actor = &approval.request.actor;
+    if of_session >= caps.per_session {
+        return Ok(Some(format!(
+            "session `{}` already has {of_session} approvals waiting (at most {}): denied without asking",
+            actor.session, caps.per_session
+        )));
+    }
+    if of_harness >= caps.per_harness {
+        return Ok(Some(format!(
+            "credential `{}` already has {of_harness} approvals waiting (at most {}): denied without asking",
+            approval.harness, caps.per_harness
+        )));
+    }
+    Ok(None)
 }
 
 /// Why the actor's session, user or agent kind is locked, as of the batch
@@ -171,6 +210,24 @@ pub(super) fn plan(
         if let (Some(current), Some(change @ SessionChange::Touch { .. })) = (&mut session, &commit.session) {
             current.labels = stored_session(view, overlay, change.key())?.map(|b| b.labels).unwrap_or_default();
         }
+    }
+    // A new approval waits only while its session and its harness have
+    // fewer waiting than they may, counted here, where every approval is
+    // written (the service's count before the decision can race with
+    // another monitor's, or its own concurrent requests).
+    if let (Some(caps), Some(approval)) = (commit.caps, &commit.approval)
+        && approval.state == ApprovalState::Pending
+        && let Some(why) = over_cap(view, overlay, caps, approval)?
+        && let Some(decision) = commit.decision.as_mut()
+    {
+        decision.approval_id.clear();
+        decision.expires_at_unix_ns = None;
+        decision.outcome = Outcome::Deny;
+        decision.reasons.push(why.clone());
+        commit.approval = None;
+        commit.entry.approval_id.clear();
+        commit.entry.outcome = Outcome::Deny.as_str().into();
+        commit.entry.reasons.push(why);
     }
     // An approved approval's ALLOW, given now (no lock came in the
     // way): this record uses it.

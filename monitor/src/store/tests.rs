@@ -114,6 +114,7 @@ fn entry(n: u32) -> Commit {
         lock: None,
         session: None,
         seen_labels: None,
+        caps: None,
     }
 }
 
@@ -466,5 +467,30 @@ async fn a_decision_made_with_labels_the_session_no_longer_has_is_not_written() 
         store.commit(labelled(2, &[], &["untrusted-input"])).await.unwrap(),
         Committed::New { seq: 2, .. }
     ));
+    closer.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_asked_at_once_wait_only_up_to_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, closer) = Store::open(dir.path()).unwrap();
+    let actor = Actor { user: "alice".into(), agent: "claude-code".into(), session: "s".into() };
+    let capped = |n| Commit { caps: Some(Caps { per_session: 2, per_harness: 100 }), ..pending_of(n, actor.clone()) };
+    // Five at once: in one batch, or in batches in flight one after the
+    // other; either way two wait and three are denied.
+    let answers = futures_util::future::join_all((1..=5).map(|n| store.commit(capped(n)))).await;
+    let outcomes: Vec<Outcome> = answers
+        .into_iter()
+        .map(|a| match a.unwrap() {
+            Committed::New { decision: Some(d), .. } => d.outcome,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Pending).count(), 2, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Deny).count(), 3, "{outcomes:?}");
+    assert_eq!(store.pending_until(i64::MAX).unwrap().len(), 2);
+    // Later, one at a time: still the cap.
+    let later = store.commit(capped(6)).await.unwrap();
+    assert!(matches!(later, Committed::New { decision: Some(ref d), .. } if d.outcome == Outcome::Deny), "{later:?}");
     closer.close().await.unwrap();
 }

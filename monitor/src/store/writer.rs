@@ -109,6 +109,23 @@ impl View for EmbeddedView<'_> {
         self.in_flight.has_locks() || !self.trees.locks.is_empty()
     }
 
+    fn waiting(&self, key: &SessionKey, harness: &str, now_unix_ns: i64) -> Result<(usize, usize), StoreError> {
+        let mut of_session = Embedded::count_waiting(&self.trees.pending_sessions, &key.bytes(), now_unix_ns)?;
+        let mut of_harness = Embedded::count_waiting(&self.trees.pending_harnesses, harness.as_bytes(), now_unix_ns)?;
+        // New ones in flight, not in the trees yet.
+        for approval in self.in_flight.approvals() {
+            if approval.state == ApprovalState::Pending
+                && approval.expires_unix_ns > now_unix_ns
+                && approval.harness == harness
+                && !self.trees.approvals.contains_key(approval.approval_id.as_bytes())?
+            {
+                of_harness += 1;
+                of_session += usize::from(SessionKey::of(&approval.request.actor, &approval.harness) == *key);
+            }
+        }
+        Ok((of_session, of_harness))
+    }
+
     fn grant_exists(&self, grant_id: &str) -> Result<bool, StoreError> {
         match self.in_flight.grant(grant_id) {
             Some(put) => Ok(put),

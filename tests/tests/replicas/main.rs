@@ -513,11 +513,30 @@ async fn the_cap_on_a_harness_s_waiting_approvals_counts_every_monitor_s() {
     let monitors: Vec<Replica> =
         (0..2).map(|_| Replica::start_with(&wardend, &bundled(), &config, &[]).unwrap()).collect();
     let (a, b) = (harness(&monitors[0].endpoint).await, harness(&monitors[1].endpoint).await);
-    // Two waiting: one asked through A, one through B.
-    exfiltration(&a, "cap-1").await;
-    exfiltration(&b, "cap-2").await;
-    // A third, through either, is denied without asking anyone.
-    for (client, session) in [(&a, "cap-3"), (&b, "cap-4")] {
+    // Six sessions ready to send out, then all six at once through both
+    // monitors: two wait, four are denied without asking anyone.
+    let ready: Vec<Actor> = (0..6).map(|n| Actor::new("alice", "claude-code", format!("cap-{n}"))).collect();
+    for agent in &ready {
+        a.authorize(agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
+        b.authorize(agent, ActionRequest::read_file("/home/alice/private/salaries.csv")).await.unwrap();
+    }
+    let asked = ready.iter().enumerate().map(|(n, agent)| {
+        let client = if n % 2 == 0 { a.clone() } else { b.clone() };
+        let agent = agent.clone();
+        tokio::spawn(async move { client.authorize(&agent, post_issue()).await.unwrap() })
+    });
+    let mut outcomes = Vec::new();
+    for answer in asked.collect::<Vec<_>>() {
+        outcomes.push(answer.await.unwrap());
+    }
+    let waiting = outcomes.iter().filter(|d| d.outcome == Outcome::Pending).count();
+    assert_eq!(waiting, 2, "{outcomes:?}");
+    for denied in outcomes.iter().filter(|d| d.outcome != Outcome::Pending) {
+        assert_eq!(denied.outcome, Outcome::Deny);
+        assert!(denied.reasons.iter().any(|r| r.contains("approvals waiting (at most 2)")), "{denied:?}");
+    }
+    // One more later, through either: denied too.
+    for (client, session) in [(&a, "cap-6"), (&b, "cap-7")] {
         let agent = Actor::new("alice", "claude-code", session);
         client.authorize(&agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
         client.authorize(&agent, ActionRequest::read_file("/home/alice/private/salaries.csv")).await.unwrap();
@@ -525,4 +544,5 @@ async fn the_cap_on_a_harness_s_waiting_approvals_counts_every_monitor_s() {
         assert_eq!(third.outcome, Outcome::Deny, "{third:?}");
         assert!(third.reasons.iter().any(|r| r.contains("already has 2 approvals waiting")), "{third:?}");
     }
+    assert_eq!(cluster.psql("SELECT count(*) FROM warden_approvals WHERE pending").unwrap().trim(), "2");
 }

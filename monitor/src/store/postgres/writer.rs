@@ -19,6 +19,10 @@ struct PgView {
     locks: HashMap<String, Lock>,
     /// Of the grants the batch's guards name, those stored.
     grants: std::collections::HashSet<String>,
+    /// Approvals waiting, by session, of the batch's new approvals' sessions.
+    waiting_sessions: HashMap<SessionKey, usize>,
+    /// Approvals waiting, by harness, of the batch's new approvals' harnesses.
+    waiting_harnesses: HashMap<String, usize>,
 }
 
 impl View for PgView {
@@ -45,6 +49,15 @@ impl View for PgView {
     fn grant_exists(&self, grant_id: &str) -> Result<bool, StoreError> {
         Ok(self.grants.contains(grant_id))
     }
+
+    fn waiting(&self, key: &SessionKey, harness: &str, _now_unix_ns: i64) -> Result<(usize, usize), StoreError> {
+        // Counted at the earliest moment of the batch's new approvals: at
+        // least as many as at any later one.
+        Ok((
+            self.waiting_sessions.get(key).copied().unwrap_or(0),
+            self.waiting_harnesses.get(harness).copied().unwrap_or(0),
+        ))
+    }
 }
 
 /// `harness NUL request id` back into its parts.
@@ -63,6 +76,8 @@ struct Statements {
     sessions: Statement,
     locks: Statement,
     grants: Statement,
+    waiting_sessions: Statement,
+    waiting_harnesses: Statement,
     insert_audit: Statement,
     put_requests: Statement,
     put_approvals: Statement,
@@ -86,6 +101,11 @@ impl Statements {
              harness, user_id) USING (session, harness, user_id)",
             "SELECT target, record FROM warden_locks",
             "SELECT grant_id FROM warden_grants WHERE grant_id = ANY($1::text[])",
+            "SELECT a.harness, a.user_id, a.session, count(*) FROM warden_approvals a JOIN unnest($1::text[], \
+             $2::text[], $3::text[]) AS k(harness, user_id, session) USING (harness, user_id, session) WHERE \
+             a.pending AND a.expires_unix_ns > $4 GROUP BY 1, 2, 3",
+            "SELECT harness, count(*) FROM warden_approvals WHERE pending AND expires_unix_ns > $2 AND harness = \
+             ANY($1::text[]) GROUP BY 1",
             "INSERT INTO warden_audit (seq, time_unix_ns, replica, record) SELECT seq, t, $3, r FROM \
              unnest($1::bigint[], $2::bigint[], $4::text[]) AS x(seq, t, r)",
             "INSERT INTO warden_requests (harness, request_id, decided_unix_ns, remembered) SELECT * FROM \
@@ -115,6 +135,8 @@ impl Statements {
             sessions,
             locks,
             grants,
+            waiting_sessions,
+            waiting_harnesses,
             insert_audit,
             put_requests,
             put_approvals,
@@ -125,7 +147,7 @@ impl Statements {
             remove_lock,
             move_head,
             notify,
-        ]: [Statement; 16] =
+        ]: [Statement; 18] =
             prepared.try_into().map_err(|_| StoreError::Postgres("a statement was not prepared".into()))?;
         Ok(Self {
             head,
@@ -134,6 +156,8 @@ impl Statements {
             sessions,
             locks,
             grants,
+            waiting_sessions,
+            waiting_harnesses,
             insert_audit,
             put_requests,
             put_approvals,
@@ -283,6 +307,7 @@ async fn transact(
 async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) -> Result<PgView, StoreError> {
     let (mut harnesses, mut request_ids, mut approval_ids, mut grant_ids) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut capped, mut earliest) = (Vec::new(), i64::MAX);
     let (mut sessions, mut session_harnesses, mut users) = (Vec::new(), Vec::new(), Vec::new());
     for commit in commits {
         match &commit.guard {
@@ -295,6 +320,14 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
             Guard::GrantExists { grant_id } => grant_ids.push(grant_id.clone()),
             Guard::Answer { .. } | Guard::None => {}
         }
+        if let (Some(_), Some(approval)) = (commit.caps, &commit.approval) {
+            capped.push((
+                approval.harness.clone(),
+                approval.request.actor.user.clone(),
+                approval.request.actor.session.clone(),
+            ));
+            earliest = earliest.min(approval.created_unix_ns);
+        }
         if let Some(change) = &commit.session {
             let key = change.key();
             sessions.push(key.session.clone());
@@ -306,13 +339,21 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
     let approval_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&approval_ids];
     let session_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&sessions, &session_harnesses, &users];
     let grant_keys: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&grant_ids];
-    // Sent together: one round trip, not five.
-    let (requests, approvals, session_rows, locks, grants) = tokio::try_join!(
+    let capped_harnesses: Vec<String> = capped.iter().map(|(h, _, _)| h.clone()).collect();
+    let capped_users: Vec<String> = capped.iter().map(|(_, u, _)| u.clone()).collect();
+    let capped_sessions: Vec<String> = capped.iter().map(|(_, _, s)| s.clone()).collect();
+    let waiting_of_sessions: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&capped_harnesses, &capped_users, &capped_sessions, &earliest];
+    let waiting_of_harnesses: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&capped_harnesses, &earliest];
+    // Sent together: one round trip.
+    let (requests, approvals, session_rows, locks, grants, waiting_sessions, waiting_harnesses) = tokio::try_join!(
         tx.query(&st.requests, &request_keys),
         tx.query(&st.approvals, &approval_keys),
         tx.query(&st.sessions, &session_keys),
         tx.query(&st.locks, &[]),
         tx.query(&st.grants, &grant_keys),
+        tx.query(&st.waiting_sessions, &waiting_of_sessions),
+        tx.query(&st.waiting_harnesses, &waiting_of_harnesses),
     )
     .map_err(pg_error)?;
     let mut view = PgView::default();
@@ -331,6 +372,13 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
         view.sessions.insert(session.key(), session);
     }
     view.grants = grants.iter().map(|row| row.get(0)).collect();
+    for row in waiting_sessions {
+        let key = SessionKey { harness: row.get(0), user: row.get(1), session: row.get(2) };
+        view.waiting_sessions.insert(key, usize::try_from(row.get::<_, i64>(3)).unwrap_or(usize::MAX));
+    }
+    for row in waiting_harnesses {
+        view.waiting_harnesses.insert(row.get(0), usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX));
+    }
     for row in locks {
         let target: String = row.get(0);
         let lock: Lock = from_json(trees::LOCKS, &target, row.get(1))?;
