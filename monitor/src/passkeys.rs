@@ -195,9 +195,54 @@ pub(crate) struct RelyingParty {
     webauthn: Webauthn,
 }
 
+/// Where the enrolled passkeys are kept: `passkeys.json` in the data
+/// folder, or a shared store (several monitors on one database).
+pub(crate) trait Keep: Send + Sync {
+    /// Changes the kept list with `change`, starting from the list as kept
+    /// now (`current` is this monitor's copy, which another monitor may have
+    /// changed since), and keeps the result, which it returns. Blocking:
+    /// call it off the async workers.
+    fn update(
+        &self,
+        current: &[Enrolled],
+        change: &mut dyn FnMut(&mut Vec<Enrolled>) -> Result<(), PasskeyError>,
+    ) -> Result<Vec<Enrolled>, PasskeyError>;
+}
+
+/// `passkeys.json`, rewritten whole (0600) on each change.
+struct FileKeep(PathBuf);
+
+impl Keep for FileKeep {
+    fn update(
+        &self,
+        current: &[Enrolled],
+        change: &mut dyn FnMut(&mut Vec<Enrolled>) -> Result<(), PasskeyError>,
+    ) -> Result<Vec<Enrolled>, PasskeyError> {
+        let mut next = current.to_vec();
+        change(&mut next)?;
+        let text = serde_json::to_vec_pretty(&File { enrolled: next.clone() })
+            .map_err(|e| PasskeyError::Store(e.to_string()))?;
+        crate::config::write_private(&self.0, &text).map_err(|e| PasskeyError::Store(e.to_string()))?;
+        Ok(next)
+    }
+}
+
+/// The enrolled passkeys in `passkeys.json` of the data folder `data`, if any.
+pub(crate) fn read_file(data: &Path) -> Result<Vec<Enrolled>, String> {
+    let path = data.join("passkeys.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            Ok(serde_json::from_slice::<File>(&bytes).map_err(|e| format!("{}: {e}", path.display()))?.enrolled)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
 /// The approvers' passkeys and everything open on the approval page.
 pub(crate) struct Book {
-    path: PathBuf,
+    /// Where they are kept; `None`: nowhere (no passkey can be enrolled).
+    keep: Option<Box<dyn Keep>>,
     enrolled: Mutex<Vec<Enrolled>>,
     open: Mutex<Open>,
     party: OnceLock<RelyingParty>,
@@ -288,17 +333,15 @@ const GONE_LINK: &str = "this enrolment link is unknown, used or expired: ask an
 impl Book {
     /// The passkeys enrolled in `data`, read now.
     pub(crate) fn open(data: &Path) -> Result<Self, String> {
-        let path = data.join("passkeys.json");
-        let enrolled = match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<File>(&bytes).map_err(|e| format!("{}: {e}", path.display()))?.enrolled
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
+        let enrolled = read_file(data)?;
+        Self::kept(Box::new(FileKeep(data.join("passkeys.json"))), enrolled)
+    }
+
+    /// A book whose passkeys `keep` keeps, `enrolled` as kept now.
+    pub(crate) fn kept(keep: Box<dyn Keep>, enrolled: Vec<Enrolled>) -> Result<Self, String> {
         let key = random::<32>().map_err(|e| e.to_string())?;
         Ok(Self {
-            path,
+            keep: Some(keep),
             enrolled: Mutex::new(enrolled),
             writing: Mutex::default(),
             open: Mutex::default(),
@@ -311,7 +354,7 @@ impl Book {
     /// A book that keeps nothing: no passkey can be enrolled in it.
     pub(crate) fn empty() -> Self {
         Self {
-            path: PathBuf::new(),
+            keep: None,
             enrolled: Mutex::default(),
             writing: Mutex::default(),
             open: Mutex::default(),
@@ -323,7 +366,7 @@ impl Book {
 
     /// Sets the page's origin (once, when the page starts serving).
     pub(crate) fn serve_at(&self, origin: &Url) -> Result<(), String> {
-        if self.path.as_os_str().is_empty() {
+        if self.keep.is_none() {
             return Err("this monitor keeps no passkeys".into());
         }
         let rp_id = origin.host_str().ok_or_else(|| format!("the page's origin {origin} has no host"))?;
@@ -352,12 +395,10 @@ impl Book {
         lock(&self.enrolled).clone()
     }
 
-    /// Writes `enrolled` to `passkeys.json` (an fsync: call it off the
-    /// async workers).
-    fn save(&self, enrolled: &[Enrolled]) -> Result<(), PasskeyError> {
-        let text = serde_json::to_vec_pretty(&File { enrolled: enrolled.to_vec() })
-            .map_err(|e| PasskeyError::Store(e.to_string()))?;
-        crate::config::write_private(&self.path, &text).map_err(|e| PasskeyError::Store(e.to_string()))
+    /// Takes the list as another monitor on the same store changed it.
+    pub(crate) fn replace(&self, enrolled: Vec<Enrolled>) {
+        let _writing = lock(&self.writing);
+        *lock(&self.enrolled) = enrolled;
     }
 
     /// Changes the enrolled list with `change` and keeps it, or changes nothing.
@@ -371,9 +412,17 @@ impl Book {
         after: impl FnOnce(&T) -> Result<U, PasskeyError>,
     ) -> Result<(T, U), PasskeyError> {
         let _writing = lock(&self.writing);
-        let mut next = lock(&self.enrolled).clone();
-        let answer = change(&mut next)?;
-        self.save(&next)?;
+        let keep = self.keep.as_ref().ok_or_else(|| PasskeyError::Store("this monitor keeps no passkeys".into()))?;
+        let current = lock(&self.enrolled).clone();
+        // The kept list may be newer than this copy (another monitor): the
+        // change runs on it, once.
+        let (mut change, mut answer) = (Some(change), None);
+        let next = keep.update(&current, &mut |list| {
+            let change = change.take().ok_or_else(|| PasskeyError::Store("a change ran twice".into()))?;
+            answer = Some(change(list)?);
+            Ok(())
+        })?;
+        let answer = answer.ok_or_else(|| PasskeyError::Store("the change did not run".into()))?;
         *lock(&self.enrolled) = next;
         let later = after(&answer)?;
         Ok((answer, later))
@@ -518,12 +567,16 @@ impl Book {
     /// Removes every passkey of approver `name`, and its sign-ins; how many.
     pub(crate) fn revoke(&self, name: &str) -> Result<usize, PasskeyError> {
         let _writing = lock(&self.writing);
-        let next: Vec<Enrolled> = lock(&self.enrolled).iter().filter(|e| e.name != name).cloned().collect();
-        let removed = lock(&self.enrolled).len() - next.len();
-        if removed > 0 {
-            self.save(&next)?;
-            *lock(&self.enrolled) = next;
-        }
+        let keep = self.keep.as_ref().ok_or_else(|| PasskeyError::Store("this monitor keeps no passkeys".into()))?;
+        let current = lock(&self.enrolled).clone();
+        let mut removed = 0;
+        let next = keep.update(&current, &mut |list| {
+            let before = list.len();
+            list.retain(|e| e.name != name);
+            removed = before - list.len();
+            Ok(())
+        })?;
+        *lock(&self.enrolled) = next;
         // Under the same lock as a sign-in's creation (see `finish_sign_in`).
         let mut open = lock(&self.open);
         open.sessions.retain(|_, s| s.name != name);

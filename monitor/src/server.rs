@@ -265,7 +265,17 @@ pub async fn start_with_signal(
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
     let key_path = config.data.join(crate::config::CHECKPOINT_KEY_FILE);
     let key = crate::checkpoint::CheckpointKey::load_or_create(&key_path).map_err(ServerError::Task)?;
-    let passkeys = crate::passkeys::Book::open(&config.data).map_err(ServerError::Task)?;
+    let passkeys = match monitor.store() {
+        Store::Postgres(pg) => {
+            let imported = crate::passkeys::read_file(&config.data).map_err(ServerError::Task)?;
+            let (keep, enrolled) = pg.passkey_keep(imported).await.map_err(|error| ServerError::Database {
+                url: config.store.as_ref().map(|s| s.url.clone()).unwrap_or_default(),
+                error,
+            })?;
+            crate::passkeys::Book::kept(Box::new(keep), enrolled).map_err(ServerError::Task)?
+        }
+        Store::Embedded(_) => crate::passkeys::Book::open(&config.data).map_err(ServerError::Task)?,
+    };
     let monitor = Arc::new(monitor.with_passkeys(passkeys).with_checkpoints(crate::service::Checkpoints {
         key,
         log: config.data.join(crate::config::CHECKPOINT_LOG_FILE),

@@ -78,7 +78,26 @@ impl Replica {
 
     /// Starts it with a configuration text of the caller's and more flags.
     pub fn start_with(wardend: &Path, policies: &Path, config: &str, flags: &[&str]) -> anyhow::Result<Self> {
+        Self::start_seeded(wardend, policies, config, flags, &[])
+    }
+
+    /// Starts it with `files` (name, content) in its data folder first, as
+    /// a monitor that ran before.
+    pub fn start_seeded(
+        wardend: &Path,
+        policies: &Path,
+        config: &str,
+        flags: &[&str],
+        files: &[(&str, &[u8])],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("wardend-replica").tempdir()?;
+        if !files.is_empty() {
+            let data = dir.path().join("data");
+            std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&data)?;
+            for (name, content) in files {
+                std::fs::write(data.join(name), content)?;
+            }
+        }
         let config_path = dir.path().join("wardend.toml");
         std::fs::write(&config_path, config)?;
         let log = dir.path().join("stderr.log");

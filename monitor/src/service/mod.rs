@@ -553,6 +553,9 @@ impl Monitor {
         }
         *write(&self.grants) = grants;
         *write(&self.locks) = stored_locks.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
+        if let Store::Postgres(pg) = &self.store {
+            self.passkeys.replace(pg.passkeys().await?);
+        }
         Ok(())
     }
 

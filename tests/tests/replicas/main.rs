@@ -546,3 +546,35 @@ async fn the_cap_on_a_harness_s_waiting_approvals_counts_every_monitor_s() {
     }
     assert_eq!(cluster.psql("SELECT count(*) FROM warden_approvals WHERE pending").unwrap().trim(), "2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approvers_passkey_is_kept_in_the_database_for_every_monitor() {
+    let Some((cluster, wardend)) = setup("an_approvers_passkey_is_kept_in_the_database_for_every_monitor") else {
+        return;
+    };
+    // A monitor that had a passkey enrolled (its data folder's
+    // passkeys.json, made by the approval page's own tests) moves to the
+    // database: the passkey comes along.
+    let enrolled = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/passkeys.json")).unwrap();
+    let config = warden_tests::replicas::config(&cluster.url());
+    let a = Replica::start_seeded(&wardend, &bundled(), &config, &[], &[("passkeys.json", &enrolled)]).unwrap();
+    let b = Replica::start(&wardend, &bundled(), &cluster.url()).unwrap();
+    let listed = |endpoint: String| async move {
+        admin(&endpoint).await.list_approvers(pb::ListApproversRequest::default()).await.unwrap().into_inner().passkeys
+    };
+    let on_b = listed(b.endpoint.clone()).await;
+    assert_eq!(on_b.iter().map(|p| (p.name.as_str(), p.confirmed)).collect::<Vec<_>>(), [("oncall", true)]);
+    // Revoked through B, gone on A as soon as A is told.
+    let revoked = admin(&b.endpoint)
+        .await
+        .revoke_approver(pb::RevokeApproverRequest { name: "oncall".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(revoked.revoked, 1);
+    eventually("A no longer lists the revoked passkey", || async {
+        listed(a.endpoint.clone()).await.is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(cluster.psql("SELECT document FROM warden_passkeys").unwrap().trim(), "[]");
+}

@@ -32,6 +32,7 @@ use tokio_postgres::Client;
 use super::*;
 
 mod listen;
+mod passkeys;
 pub(crate) mod schema;
 mod writer;
 
@@ -214,6 +215,8 @@ impl Readers {
 /// The PostgreSQL store of one monitor.
 #[derive(Clone)]
 pub(crate) struct Postgres {
+    /// To make a connection of its own (a passkey change's transaction).
+    connector: Connector,
     readers: Arc<Readers>,
     writer: mpsc::Sender<Job>,
     /// The newest record committed, by any monitor, that this one knows of.
@@ -247,6 +250,7 @@ impl Postgres {
         let (writer, jobs) = mpsc::channel(4 * MAX_BATCH);
         let (close, closing) = oneshot::channel();
         let store = Self {
+            connector: connector.clone(),
             readers,
             writer,
             durable: Arc::clone(&durable),

@@ -72,6 +72,11 @@ const MIGRATIONS: &[&str] = &[
         full_unix_ns bigint NOT NULL
     );
     CREATE INDEX warden_rate_full ON warden_rate (full_unix_ns);
+    -- Approvers' passkeys: one document (the list, as passkeys.json holds
+    -- it), changed under its row lock by whichever monitor enrolls,
+    -- confirms, revokes or counts a use.
+    CREATE TABLE warden_passkeys (id integer PRIMARY KEY CHECK (id = 1), document text NOT NULL);
+    INSERT INTO warden_passkeys VALUES (1, '[]');
     -- The monitors that use the database: what each serves, seen when.
     CREATE TABLE warden_replicas (
         replica text PRIMARY KEY,
