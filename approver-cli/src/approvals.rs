@@ -13,20 +13,19 @@
 //! Approving for a window is not offered on a notification; it needs
 //! `approvals approve ID --for DURATION`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use crate::connection::Reopen;
 use crate::out::{StdoutError, outln};
-use anyhow::Context as _;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use warden_proto::v1 as pb;
 
 /// An Approvals client with the approver's token.
 pub type ApprovalsClient =
-    pb::approvals_client::ApprovalsClient<InterceptedService<Channel, crate::connection::MaybeToken>>;
+    pb::approvals_client::ApprovalsClient<InterceptedService<warden_sdk::Replicas, crate::connection::MaybeToken>>;
 
 /// Prints the pending approvals.
 pub async fn list(mut client: ApprovalsClient, json: bool) -> anyhow::Result<()> {
@@ -121,16 +120,71 @@ pub async fn resolve(mut client: ApprovalsClient, request: pb::ResolveRequest, j
 
 /// Streams pending approvals to the terminal and, with `notify`, to the
 /// desktop (buttons Approve, Approve 15 min, Deny). Runs until the stream ends or the monitor cuts it off.
-pub async fn watch(client: ApprovalsClient, notify: bool, page: Option<String>, json: bool) -> anyhow::Result<()> {
+///
+/// With several replicas, a watch whose replica goes down goes on with the
+/// next (`Reopen`): the approvals it lists as current that were shown
+/// already are not shown again, and those shown that ended in between are
+/// asked about (`GetApproval`) and shown as ended.
+pub async fn watch(
+    client: ApprovalsClient,
+    notify: bool,
+    page: Option<String>,
+    json: bool,
+    mut reopen: Reopen,
+) -> anyhow::Result<()> {
     let mut desktop = if notify { Desktop::connect(client.clone(), page).await } else { None };
     let mut events = client.clone().watch_pending(pb::WatchPendingRequest {}).await?.into_inner();
     if !json {
         outln!("watching for approvals (Ctrl-C to stop)")?;
     }
-    while let Some(event) = events.next().await {
-        let event = event.context("the watch ended")?;
+    // Shown as pending and not seen ending; seen ending after a reopening.
+    let mut open: HashSet<String> = HashSet::new();
+    let mut ended: HashSet<String> = HashSet::new();
+    let mut missed: Vec<pb::ApprovalEvent> = Vec::new();
+    loop {
+        let event = match missed.pop() {
+            Some(event) => event,
+            None => match events.next().await {
+                None => break,
+                Some(Ok(event)) => event,
+                Some(Err(status)) if reopen.after(&status) => {
+                    events = client.clone().watch_pending(pb::WatchPendingRequest {}).await?.into_inner();
+                    // Subscribed again: what ended before is in the store.
+                    for approval_id in &open {
+                        let asked = pb::GetApprovalRequest { approval_id: approval_id.clone() };
+                        let Ok(approval) = client.clone().get_approval(asked).await else { continue };
+                        let approval = approval.into_inner();
+                        let kind = match pb::ApprovalState::try_from(approval.state) {
+                            Ok(pb::ApprovalState::Expired) => pb::ApprovalEventKind::Expired,
+                            Ok(pb::ApprovalState::Approved | pb::ApprovalState::Denied) => {
+                                pb::ApprovalEventKind::Resolved
+                            }
+                            _ => continue,
+                        };
+                        ended.insert(approval.approval_id.clone());
+                        missed.push(pb::ApprovalEvent { kind: kind as i32, approval: Some(approval) });
+                    }
+                    continue;
+                }
+                Some(Err(status)) => return Err(anyhow::Error::new(status).context("the watch ended")),
+            },
+        };
         let kind = pb::ApprovalEventKind::try_from(event.kind).unwrap_or(pb::ApprovalEventKind::Unspecified);
         let Some(approval) = event.approval else { continue };
+        let id = approval.approval_id.clone();
+        let new = match kind {
+            pb::ApprovalEventKind::Current | pb::ApprovalEventKind::New => open.insert(id),
+            // Shown ended already, from the store after a reopening.
+            _ if ended.contains(&id) && !open.contains(&id) => false,
+            _ => {
+                open.remove(&id);
+                true
+            }
+        };
+        if !new {
+            continue;
+        }
+        reopen.received();
         if json {
             outln!("{}", serde_json::json!({ "event": kind_str(kind), "approval": approval_json(&approval) }))?;
         } else {

@@ -103,17 +103,34 @@ pub(crate) async fn audit_tail(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut admin = connection.admin().await?;
-    let request = pb::TailAuditRequest { count, all, follow, ..Default::default() };
-    let mut stream = admin.tail_audit(request).await?.into_inner();
-    while let Some(record) = stream.next().await {
-        let record = record?;
-        if json {
-            outln!("{}", audit_json(&record))?;
-        } else {
-            outln!("{}", audit_line(&record))?;
+    let mut reopen = Reopen::new(connection);
+    let mut request = pb::TailAuditRequest { count, all, follow, ..Default::default() };
+    loop {
+        let mut stream = admin.tail_audit(request).await?.into_inner();
+        let mut last = None;
+        let status = loop {
+            match stream.next().await {
+                None => return Ok(ExitCode::SUCCESS),
+                Some(Ok(record)) => {
+                    if json {
+                        outln!("{}", audit_json(&record))?;
+                    } else {
+                        outln!("{}", audit_line(&record))?;
+                    }
+                    last = Some(record.seq);
+                    reopen.received();
+                }
+                Some(Err(status)) => break status,
+            }
+        };
+        if !reopen.after(&status) {
+            return Err(status.into());
+        }
+        // On the next replica, from the record after the last one received.
+        if let Some(seq) = last {
+            request = pb::TailAuditRequest { from_seq: seq + 1, follow, ..Default::default() };
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Where an export starts or ends: a record's seq, or a time.
@@ -182,17 +199,33 @@ pub(crate) async fn audit_export(
         }
         None => {
             let mut admin = connection.admin().await?;
-            let request = match since {
+            let mut reopen = Reopen::new(connection);
+            let mut request = match since {
                 Bound::Seq(seq) => pb::TailAuditRequest { from_seq: seq.max(1), follow, ..Default::default() },
                 Bound::UnixNs(t) => pb::TailAuditRequest { since_unix_ns: t, follow, ..Default::default() },
             };
-            let mut stream = admin.tail_audit(request).await?.into_inner();
-            while let Some(record) = stream.next().await {
-                let record = export_json(proto_value(&record?));
-                if until.is_some_and(|u| u.passed(seq_of(&record), time_of(&record))) {
-                    break;
+            'replicas: loop {
+                let mut stream = admin.tail_audit(request).await?.into_inner();
+                let status = loop {
+                    match stream.next().await {
+                        None => break 'replicas,
+                        Some(Ok(record)) => {
+                            let next = record.seq + 1;
+                            let record = export_json(proto_value(&record));
+                            if until.is_some_and(|u| u.passed(seq_of(&record), time_of(&record))) {
+                                break 'replicas;
+                            }
+                            write(record, follow)?;
+                            // On the next replica, from the record after this one.
+                            request = pb::TailAuditRequest { from_seq: next, follow, ..Default::default() };
+                            reopen.received();
+                        }
+                        Some(Err(status)) => break status,
+                    }
+                };
+                if !reopen.after(&status) {
+                    return Err(status.into());
                 }
-                write(record, follow)?;
             }
         }
     }

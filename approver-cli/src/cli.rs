@@ -11,7 +11,9 @@ use crate::connection::*;
 /// the audit log.
 ///
 /// The endpoint and token come from --endpoint and --token / --token-file,
-/// or WARDEN_ENDPOINT and WARDEN_TOKEN / WARDEN_TOKEN_FILE. `authorize`
+/// or WARDEN_ENDPOINT and WARDEN_TOKEN / WARDEN_TOKEN_FILE; several
+/// replicas' endpoints separated by commas are tried in turn when one is
+/// down. `authorize`
 /// needs a harness token, `approvals` an approver token, `audit` an admin
 /// token; `policy check` works offline.
 #[derive(Debug, Parser)]

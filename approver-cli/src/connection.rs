@@ -6,13 +6,14 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use warden_proto::v1::admin_client::AdminClient;
-use warden_sdk::{BearerToken, Client};
+use warden_sdk::{BearerToken, Client, EndpointList, Replicas};
 
 use crate::approvals;
 
 #[derive(Debug, Args)]
 pub(crate) struct Connection {
-    /// The monitor's gRPC endpoint
+    /// The monitor's gRPC endpoint; several replicas' endpoints separated
+    /// by commas are tried in turn when one is down
     #[arg(long, global = true, env = "WARDEN_ENDPOINT", default_value = warden_sdk::DEFAULT_ENDPOINT)]
     pub(crate) endpoint: String,
     /// The bearer token
@@ -43,26 +44,26 @@ impl Connection {
         }
     }
 
-    pub(crate) async fn channel(&self) -> anyhow::Result<tonic::transport::Channel> {
+    /// The connection's settings for one endpoint of the list.
+    fn endpoint_for(&self, entry: &str) -> anyhow::Result<tonic::transport::Endpoint> {
         // TLS files for a plaintext endpoint are refused, not ignored:
         // whoever gave them meant TLS, and the token would cross in the clear.
-        if !self.endpoint.starts_with("https://") {
+        if !entry.starts_with("https://") {
             let named = [
                 ("--ca-cert / WARDEN_CA_CERT", self.ca_cert.is_some()),
                 ("--client-cert / WARDEN_CLIENT_CERT", self.client_cert.is_some()),
             ];
             if let Some((flag, _)) = named.iter().find(|(_, given)| *given) {
                 bail!(
-                    "endpoint `{}`: {flag} is for TLS, which only an https:// endpoint speaks; use https:// or leave \
-                     it out",
-                    self.endpoint
+                    "endpoint `{entry}`: {flag} is for TLS, which only an https:// endpoint speaks; use https:// or \
+                     leave it out"
                 );
             }
         }
-        let mut endpoint = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
-            .with_context(|| format!("endpoint `{}`", self.endpoint))?
+        let mut endpoint = tonic::transport::Endpoint::from_shared(entry.to_owned())
+            .with_context(|| format!("endpoint `{entry}`"))?
             .connect_timeout(Duration::from_secs(5));
-        if self.endpoint.starts_with("https://") {
+        if entry.starts_with("https://") {
             let read =
                 |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
             // The CA named, or else the system's (a certificate from a CA
@@ -77,7 +78,26 @@ impl Connection {
             }
             endpoint = endpoint.tls_config(tls).context("TLS settings")?;
         }
-        endpoint.connect().await.with_context(|| format!("cannot reach the monitor at {}", self.endpoint))
+        Ok(endpoint)
+    }
+
+    /// The monitor's replicas (`--endpoint` lists one or several, separated
+    /// by commas), connected to the first that answers: every service
+    /// client goes through them, so a call that fails because a replica is
+    /// down goes to the next (`warden_sdk::Resend` says which calls may).
+    pub(crate) async fn replicas(&self) -> anyhow::Result<Replicas> {
+        let list = EndpointList::parse(&self.endpoint)?;
+        let endpoints = list
+            .iter()
+            .map(|entry| Ok((entry.to_owned(), self.endpoint_for(entry)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        match Replicas::connect(endpoints).await {
+            Ok(replicas) => Ok(replicas),
+            Err(warden_sdk::Error::Transport(e)) => {
+                Err(anyhow::Error::new(e).context(format!("cannot reach the monitor at {}", self.endpoint)))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The token, or none when a client certificate stands for it.
@@ -90,25 +110,57 @@ impl Connection {
 
     pub(crate) async fn harness(&self) -> anyhow::Result<Client> {
         let token = BearerToken::new(&self.token()?)?;
-        Ok(Client::with_channel(self.channel().await?, token))
+        Ok(Client::with_replicas(self.replicas().await?, token))
     }
 
     pub(crate) async fn approvals(&self) -> anyhow::Result<approvals::ApprovalsClient> {
         let token = self.optional_token()?;
         Ok(warden_proto::v1::approvals_client::ApprovalsClient::with_interceptor(
-            self.channel().await?,
+            self.replicas().await?,
             MaybeToken(token),
         ))
     }
 
     pub(crate) async fn admin(&self) -> anyhow::Result<Admin> {
         let token = self.optional_token()?;
-        Ok(AdminClient::with_interceptor(self.channel().await?, MaybeToken(token)))
+        Ok(AdminClient::with_interceptor(self.replicas().await?, MaybeToken(token)))
     }
 }
 
-pub(crate) type Admin =
-    AdminClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, MaybeToken>>;
+/// When a stream that ended in an error (a followed audit log, the pending
+/// approvals) is opened again, on the next replica: only with several
+/// endpoints (one behaves as it always did: the command ends with the
+/// error), only after `UNAVAILABLE` (the replica's connection broke, or it
+/// is shutting down), and at most once per replica in a row without
+/// anything received in between.
+pub(crate) struct Reopen {
+    replicas: usize,
+    left: usize,
+}
+
+impl Reopen {
+    pub(crate) fn new(connection: &Connection) -> Self {
+        let replicas = EndpointList::parse(&connection.endpoint).map_or(1, |list| list.len());
+        Self { replicas, left: replicas }
+    }
+
+    /// Something came: the replicas may each fail once more.
+    pub(crate) fn received(&mut self) {
+        self.left = self.replicas;
+    }
+
+    /// Whether to open the stream again after `status`; says so on stderr.
+    pub(crate) fn after(&mut self, status: &tonic::Status) -> bool {
+        if self.replicas < 2 || status.code() != tonic::Code::Unavailable || self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        eprintln!("wardenctl: {}; going on with the next replica", status.message());
+        true
+    }
+}
+
+pub(crate) type Admin = AdminClient<tonic::service::interceptor::InterceptedService<Replicas, MaybeToken>>;
 
 /// A bearer token, or nothing when a client certificate identifies the caller.
 #[derive(Clone)]

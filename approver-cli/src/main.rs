@@ -87,7 +87,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     };
                     approvals::resolve(client, request, cli.json).await?;
                 }
-                ApprovalsCommand::Watch { notify, page } => approvals::watch(client, notify, page, cli.json).await?,
+                ApprovalsCommand::Watch { notify, page } => {
+                    let reopen = connection::Reopen::new(&cli.connection);
+                    approvals::watch(client, notify, page, cli.json, reopen).await?
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -172,8 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// answer within 5 s, exits 1.
 async fn health(connection: &connection::Connection, service: String, json: bool) -> anyhow::Result<ExitCode> {
     use tonic_health::pb::health_check_response::ServingStatus;
-    let channel = connection.channel().await?;
-    let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut client = tonic_health::pb::health_client::HealthClient::new(connection.replicas().await?);
     let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest { service: service.clone() });
     request.set_timeout(std::time::Duration::from_secs(5));
     let status = client.check(request).await?.into_inner().status();

@@ -941,3 +941,158 @@ async fn re_asks_of_an_approved_request_id_are_refused_and_audited() {
     assert!(text.contains("replay"), "{text}");
     server.stop().await.unwrap();
 }
+
+/// A wardenctl that runs until killed, its stdout's lines coming on a channel.
+struct Running {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn start(endpoint: &str, token: &str, args: &[&str]) -> Self {
+        use std::io::BufRead as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wardenctl"))
+            .args(["--endpoint", endpoint])
+            .args(args)
+            .env("WARDEN_TOKEN", token)
+            .env_remove("WARDEN_TOKEN_FILE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The JSON lines printed so far and up to `count`, waiting for them.
+    async fn json_lines(&self, count: usize, seen: &mut Vec<serde_json::Value>) {
+        warden_tests::wait::eventually(&format!("{count} lines from wardenctl"), || {
+            seen.extend(self.lines.try_iter().map(|line| serde_json::from_str::<serde_json::Value>(&line).unwrap()));
+            std::future::ready((seen.len() >= count).then_some(()))
+        })
+        .await;
+    }
+
+    /// Kills it; its stderr.
+    fn stop(mut self) -> String {
+        use std::io::Read as _;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut stderr = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        stderr
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_endpoints_go_on_at_a_live_replica() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let live = format!("http://{}", server.addr());
+    let dead = warden_tests::net::dead_endpoint().unwrap();
+    let both = format!("{dead}, {live}");
+
+    let health = wardenctl(&both, "", &["health"]).await;
+    assert_eq!(health.status.code(), Some(0), "{}", String::from_utf8_lossy(&health.stderr));
+    assert_eq!(stdout(&health), "SERVING\n");
+    let asked =
+        wardenctl(&both, HARNESS, &[&ALICE[..], &["fs.read", "/home/alice/project/src/main.rs"]].concat()).await;
+    assert_eq!(asked.status.code(), Some(0), "{}", String::from_utf8_lossy(&asked.stderr));
+    let listed = wardenctl(&both, APPROVER, &["--json", "approvals", "list"]).await;
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+
+    // An empty entry is refused before anything is asked.
+    let empty = wardenctl(&format!("{live},,{dead}"), "", &["health"]).await;
+    assert_eq!(empty.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&empty.stderr);
+    assert!(said.contains("entry 2 of 3 is empty"), "{said}");
+    // Every replica down: the last one's error.
+    let down = wardenctl(&format!("{dead},{}", warden_tests::net::dead_endpoint().unwrap()), "", &["health"]).await;
+    assert_eq!(down.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&down.stderr).contains("cannot reach the monitor"));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_audit_log_goes_on_at_the_next_replica_from_the_next_record() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let live = format!("http://{}", server.addr());
+    // Two endpoints of one monitor, as two replicas sharing a store are;
+    // the first crashes while the log is followed.
+    let relay = warden_tests::net::Relay::start(server.addr()).await.unwrap();
+    let read = |n: usize| {
+        let live = live.clone();
+        async move {
+            let path = format!("/home/alice/project/{n}.rs");
+            let asked = wardenctl(&live, HARNESS, &[&ALICE[..], &["fs.read", &path]].concat()).await;
+            assert!(asked.status.success(), "{}", String::from_utf8_lossy(&asked.stderr));
+        }
+    };
+    for n in 1..=3 {
+        read(n).await;
+    }
+    let endpoints = format!("{},{live}", relay.endpoint());
+    let follower = Running::start(&endpoints, ADMIN, &["--json", "audit", "tail", "--all", "--follow"]);
+    let mut seen = Vec::new();
+    follower.json_lines(3, &mut seen).await;
+
+    relay.cut();
+    for n in 4..=5 {
+        read(n).await;
+    }
+    follower.json_lines(5, &mut seen).await;
+    let stderr = follower.stop();
+    let seqs: Vec<u64> = seen.iter().map(|record| record["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5], "no record lost or repeated");
+    assert!(stderr.contains("going on with the next replica"), "{stderr}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_goes_on_at_the_next_replica_without_showing_an_approval_twice() {
+    let data = tempfile::tempdir().unwrap();
+    let server = monitor(data.path()).await;
+    let live = format!("http://{}", server.addr());
+    let relay = warden_tests::net::Relay::start(server.addr()).await.unwrap();
+    let ask = |session: &'static str| {
+        let live = live.clone();
+        async move {
+            let args = ["--json", "authorize", "--user", "alice", "--agent", "claude-code", "--session", session];
+            let argv = [&args[..], &["exec", "--", "git", "push", "origin", "main"]].concat();
+            let asked = wardenctl(&live, HARNESS, &argv).await;
+            assert_eq!(asked.status.code(), Some(3), "{}", String::from_utf8_lossy(&asked.stderr));
+            let decision: serde_json::Value = serde_json::from_str(&stdout(&asked)).unwrap();
+            decision["approval_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = ask("watch-1").await;
+    let endpoints = format!("{},{live}", relay.endpoint());
+    let watcher = Running::start(&endpoints, APPROVER, &["--json", "approvals", "watch"]);
+    let mut seen = Vec::new();
+    watcher.json_lines(1, &mut seen).await;
+
+    relay.cut();
+    // Denied while the watch moves to the next replica, or after: shown
+    // ended once either way.
+    assert!(wardenctl(&live, APPROVER, &["approvals", "deny", &first]).await.status.success());
+    let second = ask("watch-2").await;
+    watcher.json_lines(3, &mut seen).await;
+    let stderr = watcher.stop();
+    let events: Vec<(&str, &str)> =
+        seen.iter().map(|e| (e["event"].as_str().unwrap(), e["approval"]["approval_id"].as_str().unwrap())).collect();
+    assert_eq!(events.len(), 3, "{events:?} {stderr}");
+    assert_eq!(events[..2], [("current", first.as_str()), ("resolved", first.as_str())], "{stderr}");
+    // New, or current when the watch came back after it was asked.
+    assert!(matches!(events[2], ("new" | "current", id) if id == second), "{events:?}");
+    assert!(stderr.contains("going on with the next replica"), "{stderr}");
+    server.stop().await.unwrap();
+}

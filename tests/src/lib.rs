@@ -4,7 +4,7 @@
 //! - [`claude_code`]: finding the real Claude Code CLI and running it against a `ScriptedModel`, no network.
 //! - [`monitor`]: a real monitor deciding by a policy text of a test's own.
 //! - [`wait`]: `eventually`, the one way tests wait for an event.
-//! - [`net`]: `Untouched`, an endpoint no client may reach.
+//! - [`net`]: `Untouched`, an endpoint no client may reach; `dead_endpoint`, `Relay` and `Swallow`, replicas that are down, crash, or die with a call on them.
 //! - [`postgres`]: `PgCluster`, a PostgreSQL server of a test's own.
 //! - [`replicas`]: `Replica`, a `wardend` process on a shared PostgreSQL store.
 //! - [`version`]: what every binary's `--version` must print.

@@ -20,8 +20,9 @@ use warden_sdk::{Actor, Client};
 
 /// Put Warden in front of a coding agent: run as the agent's pre-tool hook.
 ///
-/// The monitor: WARDEN_ENDPOINT (default http://127.0.0.1:50051) and
-/// WARDEN_TOKEN or WARDEN_TOKEN_FILE (a harness token). Who acts:
+/// The monitor: WARDEN_ENDPOINT (default http://127.0.0.1:50051; several
+/// replicas separated by commas) and WARDEN_TOKEN or WARDEN_TOKEN_FILE (a
+/// harness token). Who acts:
 /// WARDEN_USER (default: the OS user) and WARDEN_AGENT (default
 /// `claude-code`); the session is the agent's own.
 #[derive(Debug, Parser)]
@@ -80,8 +81,9 @@ enum Command {
         /// The hook's `--max-wait`; the entry's timeout is 30 s more.
         #[arg(long, default_value_t = 900)]
         max_wait: u64,
-        /// The monitor the hook asks, written into the entry [default:
-        /// WARDEN_ENDPOINT, else http://127.0.0.1:50051]
+        /// The monitor the hook asks (several replicas separated by commas),
+        /// written into the entry [default: WARDEN_ENDPOINT, else
+        /// http://127.0.0.1:50051]
         #[arg(long, value_name = "URL")]
         endpoint: Option<String>,
         /// The file holding the hook's harness token, written into the entry

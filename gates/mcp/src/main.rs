@@ -22,7 +22,8 @@ use warden_mcp::gateway::Shared;
 #[derive(Debug, Parser)]
 #[command(name = "warden-mcp", version = warden_version::VERSION, verbatim_doc_comment)]
 struct Flags {
-    /// Warden's address (default http://127.0.0.1:50051).
+    /// Warden's address (default http://127.0.0.1:50051; several replicas
+    /// separated by commas).
     #[arg(long, env = "WARDEN_ENDPOINT")]
     endpoint: Option<String>,
     /// A file holding the harness token (or WARDEN_TOKEN holds it; there is

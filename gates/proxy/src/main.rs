@@ -18,8 +18,9 @@ use warden_sdk::Actor;
 /// byte goes upstream; HTTPS is terminated with the proxy's CA (`ca
 /// --print`); a header value `warden-secret:NAME` is replaced by the secret
 /// only once `secret.use` is allowed for the request's host. The monitor:
-/// WARDEN_ENDPOINT (default http://127.0.0.1:50051) and WARDEN_TOKEN or
-/// WARDEN_TOKEN_FILE (a harness token).
+/// WARDEN_ENDPOINT (default http://127.0.0.1:50051; several replicas
+/// separated by commas) and WARDEN_TOKEN or WARDEN_TOKEN_FILE (a harness
+/// token).
 #[derive(Parser)]
 #[command(name = "warden-proxy", version = warden_version::VERSION)]
 struct Flags {

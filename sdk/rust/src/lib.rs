@@ -4,7 +4,8 @@
 //! use warden_sdk::{ActionRequest, Actor, Client};
 //!
 //! # async fn run() -> Result<(), warden_sdk::Error> {
-//! // WARDEN_ENDPOINT (default http://127.0.0.1:50051) and WARDEN_TOKEN or WARDEN_TOKEN_FILE.
+//! // WARDEN_ENDPOINT (default http://127.0.0.1:50051; several replicas separated
+//! // by commas) and WARDEN_TOKEN or WARDEN_TOKEN_FILE.
 //! let client = Client::from_env().await?;
 //! let actor = Actor::new("alice", "claude-code", "session-1");
 //!
@@ -34,6 +35,9 @@ use warden_proto::v1::authority_client::AuthorityClient;
 
 /// The generated proto types, for what this crate does not wrap.
 pub use warden_proto::v1 as proto;
+
+mod replicas;
+pub use replicas::{EndpointList, Replicas, Resend};
 
 /// Default endpoint when `WARDEN_ENDPOINT` is not set.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
@@ -333,9 +337,15 @@ impl ActionRequest {
         self
     }
 
-    /// Replaces the generated request id (the idempotency key).
+    /// Replaces the generated request id (the idempotency key). An empty
+    /// id keeps the generated one: every request carries an id, so that
+    /// asking again (the same replica after a lost answer, or the next
+    /// replica) is the same decision.
     pub fn request_id(mut self, id: impl Into<String>) -> Self {
-        self.request_id = id.into();
+        let id = id.into();
+        if !id.is_empty() {
+            self.request_id = id;
+        }
         self
     }
 
@@ -401,34 +411,17 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// final DENY before it gives up by itself.
 const EXPIRY_GRACE: Duration = Duration::from_secs(2);
 
-/// A channel over the monitor's Unix socket at `path`.
-#[cfg(unix)]
-async fn unix_channel(_endpoint: &str, path: &str) -> Result<Channel, Error> {
-    let path = std::path::PathBuf::from(path);
-    Ok(Endpoint::from_static("http://wardend.socket")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await?)
-}
-
-/// Unix sockets exist only on Unix systems.
-#[cfg(not(unix))]
-async fn unix_channel(endpoint: &str, _path: &str) -> Result<Channel, Error> {
-    Err(Error::Config(format!("endpoint `{endpoint}`: Unix sockets need a Unix system")))
-}
-
-/// A TCP endpoint; `https://` is TLS, trusted by the CA in the PEM file
-/// that `WARDEN_CA_CERT` names (then by it alone), as for every Warden
-/// client, or else by the system's CA store. An unreadable CA file, or a
-/// system without CAs, fails here, closed.
+/// The connection to one endpoint of a list: `unix:PATH` is the monitor's
+/// Unix socket; `https://` is TLS, trusted by the CA in the PEM file that
+/// `WARDEN_CA_CERT` names (then by it alone), as for every Warden client, or
+/// else by the system's CA store. An unreadable CA file, or a system without
+/// CAs, fails here, closed.
 fn endpoint_of(endpoint: &str) -> Result<Endpoint, Error> {
     let ca_cert = std::env::var_os("WARDEN_CA_CERT");
     plaintext_without_tls_files(endpoint, ca_cert.is_some())?;
+    if let Some(path) = endpoint.strip_prefix("unix:") {
+        return unix_endpoint(endpoint, path);
+    }
     let mut built = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))?
         .connect_timeout(Duration::from_secs(5));
@@ -448,6 +441,29 @@ fn endpoint_of(endpoint: &str) -> Result<Endpoint, Error> {
     Ok(built)
 }
 
+/// tonic's Unix-socket endpoint for the path after `unix:` (tonic reads
+/// `unix://` as a prefix, so a path written `//x` is passed as `/x`, the
+/// same file).
+#[cfg(unix)]
+fn unix_endpoint(endpoint: &str, path: &str) -> Result<Endpoint, Error> {
+    let path = if path.starts_with("//") { format!("/{}", path.trim_start_matches('/')) } else { path.to_owned() };
+    Endpoint::from_shared(format!("unix:{path}"))
+        .map(|built| built.connect_timeout(Duration::from_secs(5)))
+        .map_err(|e| Error::Config(format!("endpoint `{endpoint}`: {e}")))
+}
+
+/// Unix sockets exist only on Unix systems.
+#[cfg(not(unix))]
+fn unix_endpoint(endpoint: &str, _path: &str) -> Result<Endpoint, Error> {
+    Err(Error::Config(format!("endpoint `{endpoint}`: Unix sockets need a Unix system")))
+}
+
+/// Each endpoint of `endpoint` (one, or several separated by commas), made
+/// into a connection's settings; the first bad one is refused.
+fn endpoints_of(endpoint: &str) -> Result<Vec<(String, Endpoint)>, Error> {
+    EndpointList::parse(endpoint)?.iter().map(|entry| Ok((entry.to_owned(), endpoint_of(entry)?))).collect()
+}
+
 /// A CA named for an endpoint that is not `https://` is refused rather than
 /// ignored: whoever named it meant TLS, and would otherwise send the token
 /// in the clear (as the Python SDK and `wardenctl` refuse it).
@@ -464,7 +480,7 @@ fn plaintext_without_tls_files(endpoint: &str, ca_cert: bool) -> Result<(), Erro
 /// A harness's connection to the monitor.
 #[derive(Clone)]
 pub struct Client {
-    authority: AuthorityClient<InterceptedService<Channel, BearerToken>>,
+    authority: AuthorityClient<InterceptedService<Replicas, BearerToken>>,
     timeout: Duration,
 }
 
@@ -475,32 +491,41 @@ impl Client {
     /// monitor's Unix socket (`wardend --socket`), where it also checks the
     /// caller's uid. `https://…` is TLS, trusted by the CA file that
     /// `WARDEN_CA_CERT` names, or else by the system's CAs.
+    ///
+    /// Several endpoints separated by commas are replicas of one monitor
+    /// (see [`Replicas`]): this connects to the first that answers, and a
+    /// call that fails because its replica is down is sent to the next with
+    /// the same request id.
     pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
-        let endpoint = endpoint.into();
-        if let Some(path) = endpoint.strip_prefix("unix:") {
-            plaintext_without_tls_files(&endpoint, std::env::var_os("WARDEN_CA_CERT").is_some())?;
-            let channel = unix_channel(&endpoint, path).await?;
-            return Ok(Self::with_channel(channel, BearerToken::new(token)?));
-        }
-        let channel = endpoint_of(&endpoint)?.connect().await?;
-        Ok(Self::with_channel(channel, BearerToken::new(token)?))
+        let endpoints = endpoints_of(&endpoint.into())?;
+        let token = BearerToken::new(token)?;
+        Ok(Self::with_replicas(Replicas::connect(endpoints).await?, token))
     }
 
     /// Like [`Client::connect`], but connects at the first call, not now: a
     /// gate can start while the monitor is down, and refuses (fails closed)
-    /// until it is up. Unix-socket endpoints connect now.
+    /// until it is up. A single Unix-socket endpoint connects now.
     pub async fn connect_lazy(endpoint: impl Into<String>, token: &str) -> Result<Self, Error> {
         let endpoint = endpoint.into();
-        if endpoint.starts_with("unix:") {
+        let endpoints = endpoints_of(&endpoint)?;
+        if let [(only, _)] = endpoints.as_slice()
+            && only.starts_with("unix:")
+        {
             return Self::connect(endpoint, token).await;
         }
-        let channel = endpoint_of(&endpoint)?.connect_lazy();
-        Ok(Self::with_channel(channel, BearerToken::new(token)?))
+        let token = BearerToken::new(token)?;
+        Ok(Self::with_replicas(Replicas::lazy(endpoints)?, token))
     }
 
     /// Uses an existing channel.
     pub fn with_channel(channel: Channel, token: BearerToken) -> Self {
-        Self { authority: AuthorityClient::with_interceptor(channel, token), timeout: DEFAULT_TIMEOUT }
+        Self::with_replicas(Replicas::single("channel", channel), token)
+    }
+
+    /// Uses replicas connected already (as `wardenctl` makes them, with its
+    /// own TLS settings).
+    pub fn with_replicas(replicas: Replicas, token: BearerToken) -> Self {
+        Self { authority: AuthorityClient::with_interceptor(replicas, token), timeout: DEFAULT_TIMEOUT }
     }
 
     /// Connects with `WARDEN_ENDPOINT` (default [`DEFAULT_ENDPOINT`]) and

@@ -17,6 +17,7 @@ mod passkeys;
 mod policies;
 mod preview;
 mod reload;
+mod replicas;
 mod retention;
 mod security;
 mod services;

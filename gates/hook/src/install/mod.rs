@@ -98,6 +98,12 @@ impl Target {
         if endpoint.is_empty() {
             return Err(InstallError::Invalid("the endpoint is empty".into()));
         }
+        // Several replicas separated by commas: an empty entry is refused
+        // now, as the hook would refuse it at every call.
+        let endpoints = warden_sdk::EndpointList::parse(&endpoint).map_err(|e| match e {
+            warden_sdk::Error::Config(message) => InstallError::Invalid(message),
+            other => InstallError::Invalid(other.to_string()),
+        })?;
         let token_file = match flags.token_file {
             Some(path) => Some(path),
             None if env("WARDEN_TOKEN").is_some() => return Err(InstallError::TokenValue),
@@ -106,9 +112,11 @@ impl Target {
         let ca_cert = flags.ca_cert.or_else(|| env("WARDEN_CA_CERT").map(PathBuf::from));
         // The SDK refuses a CA for a plaintext endpoint at every call; say
         // so now rather than install a hook that denies everything.
-        if ca_cert.is_some() && !endpoint.starts_with("https://") {
+        if let Some(plain) = endpoints.iter().find(|entry| !entry.starts_with("https://"))
+            && ca_cert.is_some()
+        {
             return Err(InstallError::Invalid(format!(
-                "a CA (--ca-cert or WARDEN_CA_CERT) is for TLS, and the endpoint `{endpoint}` is not https://"
+                "a CA (--ca-cert or WARDEN_CA_CERT) is for TLS, and the endpoint `{plain}` is not https://"
             )));
         }
         let absolute = |path: PathBuf| if path.is_absolute() { path } else { cwd.join(path) };
@@ -307,6 +315,25 @@ mod tests {
         assert_eq!(target.token_file, Some("/t".into()));
         let flags = TargetFlags { ca_cert: Some("/ca.pem".into()), ..TargetFlags::default() };
         assert!(matches!(Target::resolve(flags, env(&[]), cwd), Err(InstallError::Invalid(_))));
+    }
+
+    #[test]
+    fn a_list_of_replicas_is_checked_entry_by_entry() {
+        let cwd = Path::new("/");
+        let resolve = |endpoint: &str, ca: Option<&str>| {
+            let flags = TargetFlags {
+                endpoint: Some(endpoint.into()),
+                token_file: Some("/t".into()),
+                ca_cert: ca.map(Into::into),
+            };
+            Target::resolve(flags, env(&[]), cwd)
+        };
+        let both = resolve("https://a:1, https://b:1", Some("/ca.pem")).unwrap();
+        assert_eq!(both.endpoint, "https://a:1, https://b:1");
+        let error = resolve("https://a:1,,https://b:1", None).unwrap_err().to_string();
+        assert!(error.contains("entry 2 of 3 is empty"), "{error}");
+        let error = resolve("https://a:1,http://b:1", Some("/ca.pem")).unwrap_err().to_string();
+        assert!(error.contains("`http://b:1` is not https://"), "{error}");
     }
 
     #[test]

@@ -162,3 +162,34 @@ async fn an_https_endpoint_is_trusted_by_the_system_s_cas() {
     assert_eq!(ask(&trusted, Some(&untrusted)).await.unwrap(), "deny", "the named CA is the only one trusted");
     monitor.stop().await.unwrap();
 }
+
+/// `WARDEN_ENDPOINT` lists replicas: a hook asks the first that is up; a
+/// list with an empty entry is refused (a deny naming it), asking nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hook_asks_the_replica_that_is_up() {
+    let data = tempfile::tempdir().unwrap();
+    let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    let config = ServerConfig::new(policies, data.path().to_owned(), support::credentials());
+    let monitor = start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+    let live = format!("http://{}", monitor.addr());
+    let dead = warden_tests::net::dead_endpoint().unwrap();
+    let event = json!({"session_id": "replicas-1", "cwd": "/home/alice/project", "hook_event_name": "PreToolUse",
+        "tool_name": "Read", "tool_input": {"file_path": "/home/alice/project/src/main.rs"}});
+    let decision = |endpoint: String, event: Value| {
+        tokio::task::spawn_blocking(move || {
+            let (stdout, stderr, code) = hook(&endpoint, "claude-code", &event);
+            assert_eq!(code, 0, "{stderr}");
+            let answer: Value = serde_json::from_str(&stdout).unwrap();
+            let output = &answer["hookSpecificOutput"];
+            (output["permissionDecision"].as_str().unwrap().to_owned(), output["permissionDecisionReason"].to_string())
+        })
+    };
+    let (allowed, why) = decision(format!("{dead},{live}"), event.clone()).await.unwrap();
+    assert_eq!(allowed, "allow", "{why}");
+    let (listener, untouched) = warden_tests::net::Untouched::bind().unwrap();
+    let (denied, why) = decision(format!("{untouched},,{live}"), event).await.unwrap();
+    assert_eq!(denied, "deny");
+    assert!(why.contains("entry 2 of 3 is empty"), "{why}");
+    listener.assert_untouched();
+    monitor.stop().await.unwrap();
+}

@@ -44,7 +44,9 @@ def _request(args: argparse.Namespace) -> Request:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m warden", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--endpoint", help="default: WARDEN_ENDPOINT or http://127.0.0.1:50051")
+    parser.add_argument(
+        "--endpoint", help="default: WARDEN_ENDPOINT or http://127.0.0.1:50051; several replicas separated by commas"
+    )
     parser.add_argument("--token-file", help="default: WARDEN_TOKEN or WARDEN_TOKEN_FILE")
     parser.add_argument("--user", default=os.environ.get("WARDEN_USER") or getpass.getuser())
     parser.add_argument("--agent", default=os.environ.get("WARDEN_AGENT", "python-cli"))

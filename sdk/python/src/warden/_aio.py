@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 
 from ._client import _Base
+from ._errors import ConfigurationError
 from ._model import Actor, Decision, Request
-from ._waiting import AWAIT_SLACK, Retry, Waiting, answer_to, error_of
+from ._waiting import AWAIT_SLACK, Retry, Waiting, answer_to, error_of, replica_down
 from .v1 import authority_pb2 as pb
 from .v1 import authority_pb2_grpc
+
+T = TypeVar("T")
 
 
 class AsyncClient(_Base):
@@ -23,23 +28,43 @@ class AsyncClient(_Base):
 
     def _open(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: authority_pb2_grpc.AuthorityStub | None = None
+        self._channels: list[grpc.aio.Channel] = []
+        self._stubs: list[authority_pb2_grpc.AuthorityStub] = []
 
-    @property
-    def _authority(self) -> authority_pb2_grpc.AuthorityStub:
+    def _replicas(self) -> list[authority_pb2_grpc.AuthorityStub]:
         # grpc.aio channels belong to the loop they were made in.
         loop = asyncio.get_running_loop()
-        if self._stub is None or self._loop is not loop:
+        if not self._stubs or self._loop is not loop:
             self._loop = loop
-            self._channel = self._settings.aio_channel()
-            self._stub = authority_pb2_grpc.AuthorityStub(self._channel)  # type: ignore[no-untyped-call]
-        return self._stub
+            self._channels = self._settings.aio_channels()
+            self._stubs = [
+                authority_pb2_grpc.AuthorityStub(channel)  # type: ignore[no-untyped-call]
+                for channel in self._channels
+            ]
+        return self._stubs
+
+    async def _on_replicas(self, call: Callable[[authority_pb2_grpc.AuthorityStub], Awaitable[T]]) -> T:
+        """See :meth:`warden.Client._on_replicas`."""
+        stubs = self._replicas()
+        order = self._rotation.order()
+        for step, index in enumerate(order, 1):
+            try:
+                answer = await call(stubs[index])
+            except grpc.RpcError as error:
+                if not replica_down(error):
+                    self._rotation.answered(index)
+                elif step < len(order):
+                    continue
+                raise
+            self._rotation.answered(index)
+            return answer
+        raise ConfigurationError("no endpoint")
 
     async def close(self) -> None:
-        if self._channel is not None and self._loop is asyncio.get_running_loop():
-            await self._channel.close()
-        self._channel = self._stub = self._loop = None
+        if self._channels and self._loop is asyncio.get_running_loop():
+            for channel in self._channels:
+                await channel.close()
+        self._channels, self._stubs, self._loop = [], [], None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -72,8 +97,9 @@ class AsyncClient(_Base):
         waiting = Waiting(message.request_id, await self._authorize(message))
         while (seconds := waiting.pending()) is not None:
             try:
-                answer = await self._authority.AwaitDecision(
-                    waiting.await_request(seconds), timeout=seconds + AWAIT_SLACK, metadata=self._metadata
+                asked = waiting.await_request(seconds)
+                answer = await self._on_replicas(
+                    lambda stub: stub.AwaitDecision(asked, timeout=seconds + AWAIT_SLACK, metadata=self._metadata)
                 )
             except grpc.RpcError as error:
                 await asyncio.sleep(waiting.failed(error))
@@ -85,8 +111,8 @@ class AsyncClient(_Base):
         """See :meth:`warden.Client.await_decision`."""
         request = pb.AwaitDecisionRequest(approval_id=approval_id, timeout_ms=max(int(timeout * 1000), 1))
         try:
-            answer = await self._authority.AwaitDecision(
-                request, timeout=timeout + AWAIT_SLACK, metadata=self._metadata
+            answer = await self._on_replicas(
+                lambda stub: stub.AwaitDecision(request, timeout=timeout + AWAIT_SLACK, metadata=self._metadata)
             )
         except grpc.RpcError as error:
             raise error_of(error) from None
@@ -96,7 +122,9 @@ class AsyncClient(_Base):
         retry = Retry(self.timeout)
         while True:
             try:
-                answer = await self._authority.Authorize(message, timeout=retry.remaining(), metadata=self._metadata)
+                answer = await self._on_replicas(
+                    lambda stub: stub.Authorize(message, timeout=retry.remaining(), metadata=self._metadata)
+                )
             except grpc.RpcError as error:
                 await asyncio.sleep(retry.failed(error))
                 continue

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import grpc
 
 from . import _connection
+from ._errors import ConfigurationError
 from ._model import Actor, Decision, Request, new_request_id
-from ._waiting import AWAIT_SLACK, Retry, Waiting, answer_to, error_of
+from ._waiting import AWAIT_SLACK, Retry, Rotation, Waiting, answer_to, error_of, replica_down
 from .v1 import authority_pb2 as pb
 from .v1 import authority_pb2_grpc
+
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -32,6 +38,7 @@ class _Base:
         self.endpoint = self._settings.endpoint
         self.timeout = timeout
         self._metadata = self._settings.metadata
+        self._rotation = Rotation(len(self._settings.replicas))
         self._open()
 
     def _open(self) -> None:
@@ -55,16 +62,42 @@ class Client(_Base):
     ``timeout`` bounds how long ``authorize`` keeps retrying an unreachable
     monitor.
 
+    Several endpoints separated by commas are replicas of one monitor: a
+    call that fails because its replica is down (``UNAVAILABLE``) goes to
+    the next with the same request id, each replica at most once per call;
+    the next call starts at the replica that answered last.
+
     Connecting is lazy: a client made while the monitor is down refuses
     (raises :class:`warden.Unavailable`) until it is up.
     """
 
     def _open(self) -> None:
-        self._channel = self._settings.channel()
-        self._authority = authority_pb2_grpc.AuthorityStub(self._channel)  # type: ignore[no-untyped-call]
+        self._channels = self._settings.channels()
+        self._stubs = [
+            authority_pb2_grpc.AuthorityStub(channel)  # type: ignore[no-untyped-call]
+            for channel in self._channels
+        ]
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()
+
+    def _on_replicas(self, call: Callable[[authority_pb2_grpc.AuthorityStub], T]) -> T:
+        """``call`` on the replica that answered last, then on each other
+        while the one asked is down; the last one's error when all are."""
+        order = self._rotation.order()
+        for step, index in enumerate(order, 1):
+            try:
+                answer = call(self._stubs[index])
+            except grpc.RpcError as error:
+                if not replica_down(error):
+                    self._rotation.answered(index)
+                elif step < len(order):
+                    continue
+                raise
+            self._rotation.answered(index)
+            return answer
+        raise ConfigurationError("no endpoint")
 
     def __enter__(self) -> Client:
         return self
@@ -107,8 +140,9 @@ class Client(_Base):
         waiting = Waiting(message.request_id, self._authorize(message))
         while (seconds := waiting.pending()) is not None:
             try:
-                answer = self._authority.AwaitDecision(
-                    waiting.await_request(seconds), timeout=seconds + AWAIT_SLACK, metadata=self._metadata
+                asked = waiting.await_request(seconds)
+                answer = self._on_replicas(
+                    lambda stub: stub.AwaitDecision(asked, timeout=seconds + AWAIT_SLACK, metadata=self._metadata)
                 )
             except grpc.RpcError as error:
                 time.sleep(waiting.failed(error))
@@ -121,7 +155,9 @@ class Client(_Base):
         decision, still PENDING if nobody answered."""
         request = pb.AwaitDecisionRequest(approval_id=approval_id, timeout_ms=max(int(timeout * 1000), 1))
         try:
-            answer = self._authority.AwaitDecision(request, timeout=timeout + AWAIT_SLACK, metadata=self._metadata)
+            answer = self._on_replicas(
+                lambda stub: stub.AwaitDecision(request, timeout=timeout + AWAIT_SLACK, metadata=self._metadata)
+            )
         except grpc.RpcError as error:
             raise error_of(error) from None
         return Decision.from_proto(answer)
@@ -130,7 +166,9 @@ class Client(_Base):
         retry = Retry(self.timeout)
         while True:
             try:
-                answer = self._authority.Authorize(message, timeout=retry.remaining(), metadata=self._metadata)
+                answer = self._on_replicas(
+                    lambda stub: stub.Authorize(message, timeout=retry.remaining(), metadata=self._metadata)
+                )
             except grpc.RpcError as error:
                 time.sleep(retry.failed(error))
                 continue

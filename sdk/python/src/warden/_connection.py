@@ -1,7 +1,8 @@
 """Where the monitor is and how to prove who we are: endpoint, token, TLS.
 
 Arguments win over the environment: ``WARDEN_ENDPOINT`` (default
-``http://127.0.0.1:50051``), ``WARDEN_TOKEN`` or ``WARDEN_TOKEN_FILE``,
+``http://127.0.0.1:50051``; several replicas separated by commas, tried in
+turn when one is down), ``WARDEN_TOKEN`` or ``WARDEN_TOKEN_FILE``,
 ``WARDEN_CA_CERT``, ``WARDEN_CLIENT_CERT`` and ``WARDEN_CLIENT_KEY`` (the
 names ``wardenctl`` reads).
 """
@@ -32,15 +33,12 @@ _CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
 
 
 @dataclass(frozen=True)
-class Settings:
-    """A resolved connection: the grpc target, credentials, and the bearer
-    metadata sent with every call."""
+class Replica:
+    """One endpoint of the list, as grpc names its target."""
 
     endpoint: str
     target: str
-    # Never in a repr: the metadata holds the bearer token.
-    credentials: grpc.ChannelCredentials | None = field(repr=False)
-    metadata: tuple[tuple[str, str], ...] = field(repr=False)
+    secure: bool
 
     def options(self) -> list[tuple[str, int | str]]:
         options: list[tuple[str, int | str]] = list(_CHANNEL_OPTIONS)
@@ -50,15 +48,78 @@ class Settings:
             options.append(("grpc.default_authority", "localhost"))
         return options
 
-    def channel(self) -> grpc.Channel:
-        if self.credentials is None:
-            return grpc.insecure_channel(self.target, options=self.options())
-        return grpc.secure_channel(self.target, self.credentials, options=self.options())
 
-    def aio_channel(self) -> grpc.aio.Channel:
-        if self.credentials is None:
-            return grpc.aio.insecure_channel(self.target, options=self.options())
-        return grpc.aio.secure_channel(self.target, self.credentials, options=self.options())
+@dataclass(frozen=True)
+class Settings:
+    """A resolved connection: the endpoint as given, a replica per endpoint
+    of its list (in order), the credentials, and the bearer metadata sent
+    with every call."""
+
+    endpoint: str
+    replicas: tuple[Replica, ...]
+    # Never in a repr: the metadata holds the bearer token.
+    credentials: grpc.ChannelCredentials | None = field(repr=False)
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)
+
+    def channels(self) -> list[grpc.Channel]:
+        """A channel per replica, in order (each connects at its first call)."""
+        made = []
+        for replica in self.replicas:
+            if replica.secure and self.credentials is not None:
+                made.append(grpc.secure_channel(replica.target, self.credentials, options=replica.options()))
+            else:
+                made.append(grpc.insecure_channel(replica.target, options=replica.options()))
+        return made
+
+    def aio_channels(self) -> list[grpc.aio.Channel]:
+        """The same for asyncio, in the running loop."""
+        made = []
+        for replica in self.replicas:
+            if replica.secure and self.credentials is not None:
+                made.append(grpc.aio.secure_channel(replica.target, self.credentials, options=replica.options()))
+            else:
+                made.append(grpc.aio.insecure_channel(replica.target, options=replica.options()))
+        return made
+
+
+def endpoint_list(text: str) -> list[str]:
+    """The endpoints of ``text``: one, or several replicas separated by
+    commas, each trimmed. An empty entry is refused, named by its place."""
+    entries = [entry.strip() for entry in text.split(",")]
+    if entries == [""]:
+        raise ConfigurationError("endpoint: it is empty")
+    for place, entry in enumerate(entries, 1):
+        if not entry:
+            raise ConfigurationError(
+                f"endpoint list `{text}`: entry {place} of {len(entries)} is empty "
+                "(separate endpoints with single commas)"
+            )
+    return entries
+
+
+def _replica(endpoint: str, tls_files: bool) -> Replica:
+    """One endpoint, checked: ``http://HOST:PORT``, ``https://HOST:PORT`` or
+    ``unix:/PATH``; TLS files only with https://."""
+    if endpoint.startswith("unix:"):
+        path = endpoint[len("unix:") :].removeprefix("//")
+        if not path.startswith("/"):
+            raise ConfigurationError(f"endpoint `{endpoint}`: a Unix socket endpoint is unix:/absolute/path")
+        if tls_files:
+            raise ConfigurationError(f"endpoint `{endpoint}`: TLS is for https:// endpoints, not Unix sockets")
+        return Replica(endpoint, f"unix:{path}", False)
+    for scheme, secure in (("http://", False), ("https://", True)):
+        if endpoint.startswith(scheme):
+            authority = endpoint[len(scheme) :].rstrip("/")
+            break
+    else:
+        raise ConfigurationError(f"endpoint `{endpoint}`: expected http://HOST:PORT, https://HOST:PORT or unix:/PATH")
+    if not authority or "/" in authority:
+        raise ConfigurationError(f"endpoint `{endpoint}`: expected http://HOST:PORT, https://HOST:PORT or unix:/PATH")
+    if ":" not in authority.rsplit("]", 1)[-1]:
+        authority += ":443" if secure else ":80"
+    if not secure and tls_files:
+        raise ConfigurationError(f"endpoint `{endpoint}`: TLS files given for a plaintext http:// endpoint")
+    return Replica(endpoint, authority, secure)
 
 
 def _read(what: str, path: PathLike) -> bytes:
@@ -127,30 +188,13 @@ def resolve(
     elif client_cert is None:
         raise ConfigurationError("token: pass token= or token_file=, or set WARDEN_TOKEN or WARDEN_TOKEN_FILE")
 
-    if endpoint.startswith("unix:"):
-        path = endpoint[len("unix:") :].removeprefix("//")
-        if not path.startswith("/"):
-            raise ConfigurationError(f"endpoint `{endpoint}`: a Unix socket endpoint is unix:/absolute/path")
-        if ca_cert or client_cert:
-            raise ConfigurationError(f"endpoint `{endpoint}`: TLS is for https:// endpoints, not Unix sockets")
-        return Settings(endpoint, f"unix:{path}", None, metadata)
-    for scheme, secure in (("http://", False), ("https://", True)):
-        if endpoint.startswith(scheme):
-            authority = endpoint[len(scheme) :].rstrip("/")
-            break
-    else:
-        raise ConfigurationError(f"endpoint `{endpoint}`: expected http://HOST:PORT, https://HOST:PORT or unix:/PATH")
-    if not authority or "/" in authority:
-        raise ConfigurationError(f"endpoint `{endpoint}`: expected http://HOST:PORT, https://HOST:PORT or unix:/PATH")
-    if ":" not in authority.rsplit("]", 1)[-1]:
-        authority += ":443" if secure else ":80"
-    if not secure:
-        if ca_cert or client_cert:
-            raise ConfigurationError(f"endpoint `{endpoint}`: TLS files given for a plaintext http:// endpoint")
-        return Settings(endpoint, authority, None, metadata)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read("ca_cert", ca_cert) if ca_cert else None,
-        private_key=_read("client_key", client_key) if client_key else None,
-        certificate_chain=_read("client_cert", client_cert) if client_cert else None,
-    )
-    return Settings(endpoint, authority, credentials, metadata)
+    tls_files = bool(ca_cert or client_cert)
+    replicas = tuple(_replica(entry, tls_files) for entry in endpoint_list(endpoint))
+    credentials = None
+    if any(replica.secure for replica in replicas):
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read("ca_cert", ca_cert) if ca_cert else None,
+            private_key=_read("client_key", client_key) if client_key else None,
+            certificate_chain=_read("client_cert", client_cert) if client_cert else None,
+        )
+    return Settings(endpoint, replicas, credentials, metadata)

@@ -1,6 +1,7 @@
 """The fail-closed rules both clients follow, without I/O: which errors are
-worth retrying, how long to back off, what a final decision means, and how
-``check`` waits through PENDING. ``Client`` and ``AsyncClient`` only make the
+worth retrying, which mean a replica is down and the call goes to the next,
+how long to back off, what a final decision means, and how ``check`` waits
+through PENDING. ``Client`` and ``AsyncClient`` only make the
 calls and sleep."""
 
 from __future__ import annotations
@@ -23,6 +24,33 @@ EXPIRY_GRACE = 2.0
 MAX_AWAIT = 30.0
 # AwaitDecision's own timeout is the server's; the call's deadline is later.
 AWAIT_SLACK = 10.0
+
+
+def replica_down(error: grpc.RpcError) -> bool:
+    """Whether a call failed because its replica is down (not reached, the
+    connection lost, or shutting down or without its store, which another
+    replica may have): then the same call goes to the next replica. Every
+    call of this client may go twice: ``Authorize`` always carries a request
+    id (the next replica answers the decision recorded for it again), and
+    ``AwaitDecision`` reads an approval of the shared store."""
+    return bool(error.code() == grpc.StatusCode.UNAVAILABLE)
+
+
+class Rotation:
+    """Which replica a call goes to: the one that answered last, then each
+    other once, in the order of the endpoint list."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.current = 0
+
+    def order(self) -> list[int]:
+        return [(self.current + step) % self.count for step in range(self.count)]
+
+    def answered(self, index: int) -> None:
+        """The replica at ``index`` answered (anything but down): the next
+        call starts there."""
+        self.current = index
 
 
 def error_of(error: grpc.RpcError) -> Unavailable | Refused:
