@@ -173,3 +173,60 @@ async fn the_database_is_reached_over_tls_with_a_password_from_a_file_and_nothin
     let refused = Replica::start_with(&wardend, &bundled(), &bad, &[]).err().expect("no start with a wrong password");
     assert!(refused.to_string().contains("password authentication failed"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_harness_waiting_on_an_approval_gets_its_answer_when_its_monitor_is_killed() {
+    let Some((cluster, wardend)) = setup("a_harness_waiting_on_an_approval_gets_its_answer_when_its_monitor_is_killed")
+    else {
+        return;
+    };
+    let mut monitors = replicas(&wardend, &cluster, 2);
+    // The harness knows both; A is first, so it talks to A.
+    let endpoints = format!("{},{}", monitors[0].endpoint, monitors[1].endpoint);
+    let client = Client::connect(endpoints, HARNESS).await.unwrap();
+    let agent = Actor::new("alice", "claude-code", "failover");
+    client.authorize(&agent, ActionRequest::http("GET", "https://blog.example.com/howto")).await.unwrap();
+    client.authorize(&agent, ActionRequest::read_file("/home/alice/private/salaries.csv")).await.unwrap();
+    let checking = {
+        let (client, agent) = (client.clone(), agent.clone());
+        tokio::spawn(async move { client.check(&agent, post_issue()).await })
+    };
+    // It waits on A for a person.
+    let waiting = eventually("the exfiltration waits for a person", || async {
+        let listed = approvals(&monitors[1].endpoint, APPROVER)
+            .await
+            .list_pending(pb::ListPendingRequest::default())
+            .await
+            .ok()?;
+        listed.into_inner().approvals.into_iter().next()
+    })
+    .await;
+    let asked_on_a = audit(&monitors[1].endpoint)
+        .await
+        .into_iter()
+        .any(|r| r.approval_id == waiting.approval_id && r.kind == "decision");
+    assert!(asked_on_a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A goes down with the harness's wait on it; the approver answers on B.
+    let killed_at = std::time::Instant::now();
+    monitors[0].kill();
+    approvals(&monitors[1].endpoint, APPROVER)
+        .await
+        .resolve(pb::ResolveRequest { approval_id: waiting.approval_id.clone(), approve: true, ..Default::default() })
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(30), checking)
+        .await
+        .expect("the harness is answered")
+        .unwrap()
+        .expect("the approved request is allowed");
+    eprintln!("answered {:?} after A was killed", killed_at.elapsed());
+    assert_eq!((answer.outcome, &answer.approval_id), (Outcome::Allow, &waiting.approval_id));
+    // The ALLOW was given once, through B.
+    let used = audit(&monitors[1].endpoint)
+        .await
+        .into_iter()
+        .filter(|r| r.approval_id == waiting.approval_id && r.kind == "approval.used")
+        .count();
+    assert_eq!(used, 1);
+}
