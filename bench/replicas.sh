@@ -39,7 +39,11 @@ if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null; then
   export PROTOC
 fi
 log "building the load generator and wardend"
-(cd "$PEER/client" && WARDEN_PROTO="$CHECKOUT/proto" CARGO_TARGET_DIR="$WORK/client-target" cargo build --release --locked -q)
+# A copy of the load generator, its requests given the fields the checkout's
+# proto has added since (prost's defaults: the same requests).
+rm -rf "$WORK/client-src" && cp -r "$PEER/client" "$WORK/client-src"
+sed -i 's/cwd: String::new() })/cwd: String::new(), ..Default::default() })/g' "$WORK/client-src/src/main.rs"
+(cd "$WORK/client-src" && WARDEN_PROTO="$CHECKOUT/proto" CARGO_TARGET_DIR="$WORK/client-target" cargo build --release --locked -q)
 (cd "$CHECKOUT" && cargo build --release -q -p warden-monitor)
 BENCH="$WORK/client-target/release/peer-bench"
 WARDEND="$CHECKOUT/target/release/wardend"

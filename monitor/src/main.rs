@@ -253,8 +253,12 @@ async fn serve(
         notify_systemd(&[NotifyState::Stopping, NotifyState::Status("stopping: finishing what is in flight")]);
     };
     let server = start_with_signal(config, listener, stopping).await?;
+    let store = match &settings.store {
+        Some(pg) => format!(", store {}", pg.url),
+        None => String::new(),
+    };
     say!(
-        "wardend listening on {} (policies {}, data {})",
+        "wardend listening on {} (policies {}, data {}{store})",
         server.addr(),
         settings.policies.display(),
         settings.data.display()

@@ -70,6 +70,12 @@ pub(super) fn pg_error(e: tokio_postgres::Error) -> StoreError {
         message.push_str(&format!(": {inner}"));
         cause = inner.source();
     }
+    if message.contains("invalid peer certificate") {
+        message.push_str(
+            " (the database's certificate is not trusted for this host: name the CA that signed it in `[store] \
+             ca_file`, or, for a database on loopback only, add `sslmode=disable` to the URL)",
+        );
+    }
     StoreError::Postgres(message)
 }
 

@@ -346,14 +346,16 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
         [&capped_harnesses, &capped_users, &capped_sessions, &earliest];
     let waiting_of_harnesses: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&capped_harnesses, &earliest];
     // Sent together: one round trip.
+    // Only what the batch needs (each statement costs the database a plan
+    // and an execution, which at one decision a batch is most of its time).
     let (requests, approvals, session_rows, locks, grants, waiting_sessions, waiting_harnesses) = tokio::try_join!(
-        tx.query(&st.requests, &request_keys),
-        tx.query(&st.approvals, &approval_keys),
-        tx.query(&st.sessions, &session_keys),
+        query_if(tx, !harnesses.is_empty(), &st.requests, &request_keys),
+        query_if(tx, !approval_ids.is_empty(), &st.approvals, &approval_keys),
+        query_if(tx, !sessions.is_empty(), &st.sessions, &session_keys),
         tx.query(&st.locks, &[]),
-        tx.query(&st.grants, &grant_keys),
-        tx.query(&st.waiting_sessions, &waiting_of_sessions),
-        tx.query(&st.waiting_harnesses, &waiting_of_harnesses),
+        query_if(tx, !grant_ids.is_empty(), &st.grants, &grant_keys),
+        query_if(tx, !capped.is_empty(), &st.waiting_sessions, &waiting_of_sessions),
+        query_if(tx, !capped.is_empty(), &st.waiting_harnesses, &waiting_of_harnesses),
     )
     .map_err(pg_error)?;
     let mut view = PgView::default();
@@ -451,19 +453,22 @@ async fn write(
         notices.push("state".into());
     }
     let head_seq = i64::try_from(head.seq).unwrap_or(i64::MAX);
+    let (r_id_empty, a_id_empty, s_empty) = (r_id.is_empty(), a_id.is_empty(), s_session.is_empty());
     type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
     let audit: [Param<'_>; 4] = [&seqs, &times, &replica, &records];
     let put_requests: [Param<'_>; 4] = [&r_harness, &r_id, &r_time, &r_value];
     let put_approvals: [Param<'_>; 7] = [&a_id, &a_pending, &a_expires, &a_harness, &a_user, &a_session, &a_value];
     let put_sessions: [Param<'_>; 4] = [&s_session, &s_harness, &s_user, &s_value];
     let move_head: [Param<'_>; 2] = [&head_seq, &head.hash];
+    let notify: [Param<'_>; 2] = [&CHANNEL, &notices];
     // Sent together: one round trip.
     tokio::try_join!(
         tx.execute(&st.insert_audit, &audit),
-        tx.execute(&st.put_requests, &put_requests),
-        tx.execute(&st.put_approvals, &put_approvals),
-        tx.execute(&st.put_sessions, &put_sessions),
+        execute_if(tx, !r_id_empty, &st.put_requests, &put_requests),
+        execute_if(tx, !a_id_empty, &st.put_approvals, &put_approvals),
+        execute_if(tx, !s_empty, &st.put_sessions, &put_sessions),
         tx.execute(&st.move_head, &move_head),
+        tx.execute(&st.notify, &notify),
     )
     .map_err(pg_error)?;
     // Grants and locks (rare) one at a time, in order.
@@ -487,6 +492,27 @@ async fn write(
             None => {}
         }
     }
-    tx.execute(&st.notify, &[&CHANNEL, &notices]).await.map_err(pg_error)?;
     Ok(())
+}
+
+type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync)];
+
+/// `statement`'s rows, or none without asking when `needed` is false.
+async fn query_if(
+    tx: &Transaction<'_>,
+    needed: bool,
+    statement: &Statement,
+    params: &Params<'_>,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    if needed { tx.query(statement, params).await } else { Ok(Vec::new()) }
+}
+
+/// Runs `statement` when `needed`.
+async fn execute_if(
+    tx: &Transaction<'_>,
+    needed: bool,
+    statement: &Statement,
+    params: &Params<'_>,
+) -> Result<u64, tokio_postgres::Error> {
+    if needed { tx.execute(statement, params).await } else { Ok(0) }
 }
