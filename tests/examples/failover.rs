@@ -56,8 +56,10 @@ async fn main() -> anyhow::Result<()> {
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let killed = Instant::now();
+        // From the moment A is gone (killed and reaped): an answer after it
+        // is the other replica's.
         a.kill();
+        let killed = Instant::now();
         let answered = asking.await?;
         let next = answered.iter().find(|at| **at > killed).copied();
         let Some(next) = next else { anyhow::bail!("no answer after the kill") };
