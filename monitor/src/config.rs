@@ -489,6 +489,26 @@ pub struct TlsPem {
     pub client_ca: Option<String>,
 }
 
+/// `--store` over `[store] url`; the password file and CA only with a URL.
+fn store_config(
+    flag: Option<String>,
+    file: StoreFile,
+) -> Result<Option<crate::store::postgres::PgOptions>, ConfigError> {
+    let Some(url) = flag.or(file.url) else {
+        if file.password_file.is_some() || file.ca_file.is_some() {
+            return Err(ConfigError::Value {
+                key: "store",
+                message: "password_file and ca_file are for a PostgreSQL store: give its url too".into(),
+            });
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(ConfigError::Value { key: "store.url", message: format!("`{url}` is not a postgres:// URL") });
+    }
+    Ok(Some(crate::store::postgres::PgOptions { url, password_file: file.password_file, ca_file: file.ca_file }))
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -525,24 +545,19 @@ mod tests {
         assert_eq!(settings.default_approval_timeout, Duration::from_secs(900));
         assert!(toml::from_str::<FileConfig>("lisen = \"x\"").is_err());
     }
-}
 
-/// `--store` over `[store] url`; the password file and CA only with a URL.
-fn store_config(
-    flag: Option<String>,
-    file: StoreFile,
-) -> Result<Option<crate::store::postgres::PgOptions>, ConfigError> {
-    let Some(url) = flag.or(file.url) else {
-        if file.password_file.is_some() || file.ca_file.is_some() {
-            return Err(ConfigError::Value {
-                key: "store",
-                message: "password_file and ca_file are for a PostgreSQL store: give its url too".into(),
-            });
-        }
-        return Ok(None);
-    };
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(ConfigError::Value { key: "store.url", message: format!("`{url}` is not a postgres:// URL") });
+    #[test]
+    fn a_store_needs_a_postgres_url_and_its_files_need_the_url() {
+        let url = "postgres://warden@db:5432/warden".to_owned();
+        let store = store_config(Some(url.clone()), StoreFile::default()).unwrap().unwrap();
+        assert_eq!(store.url, url);
+        // The flag wins over the file.
+        let file = StoreFile { url: Some("postgres://other/db".into()), ..StoreFile::default() };
+        assert_eq!(store_config(Some(url), file).unwrap().unwrap().url, "postgres://warden@db:5432/warden");
+        assert!(store_config(None, StoreFile::default()).unwrap().is_none());
+        let bad = store_config(Some("mysql://db/warden".into()), StoreFile::default()).unwrap_err();
+        assert!(bad.to_string().contains("store.url"), "{bad}");
+        let orphan = StoreFile { password_file: Some("pw".into()), ..StoreFile::default() };
+        assert!(store_config(None, orphan).unwrap_err().to_string().contains("give its url too"));
     }
-    Ok(Some(crate::store::postgres::PgOptions { url, password_file: file.password_file, ca_file: file.ca_file }))
 }

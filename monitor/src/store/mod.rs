@@ -142,7 +142,7 @@ pub(crate) enum Store {
 /// Where a reader of the audit log is.
 pub(crate) enum AuditCursor {
     /// In the embedded log's segments.
-    Embedded(Cursor),
+    Embedded(Box<Cursor>),
     /// The next seq to read from PostgreSQL.
     Postgres(u64),
 }
@@ -273,7 +273,7 @@ impl Store {
     /// A reader of the audit log from `from_seq` on.
     pub(crate) fn audit_cursor(&self, from_seq: u64) -> AuditCursor {
         match self {
-            Self::Embedded(s) => AuditCursor::Embedded(s.audit_cursor(from_seq)),
+            Self::Embedded(s) => AuditCursor::Embedded(Box::new(s.audit_cursor(from_seq))),
             Self::Postgres(_) => AuditCursor::Postgres(from_seq.max(1)),
         }
     }
@@ -287,7 +287,7 @@ impl Store {
         match (self, cursor) {
             (Self::Embedded(s), AuditCursor::Embedded(cursor)) => {
                 // File reads, off the async threads.
-                let (store, mut reading) = (s.clone(), std::mem::replace(cursor, s.audit_cursor(u64::MAX)));
+                let (store, mut reading) = (s.clone(), std::mem::replace(cursor, Box::new(s.audit_cursor(u64::MAX))));
                 let (reading, page) = tokio::task::spawn_blocking(move || {
                     let page = store.audit_page(&mut reading, limit);
                     (reading, page)
