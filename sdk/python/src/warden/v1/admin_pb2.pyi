@@ -247,7 +247,7 @@ class PolicyStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PolicyStatusResponse(_message.Message):
-    __slots__ = ("policy_version", "loaded_at", "files", "error", "warnings", "policies", "error_at")
+    __slots__ = ("policy_version", "loaded_at", "files", "error", "warnings", "policies", "error_at", "replicas")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     LOADED_AT_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +255,7 @@ class PolicyStatusResponse(_message.Message):
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     ERROR_AT_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     policy_version: str
     loaded_at: _timestamp_pb2.Timestamp
     files: _containers.RepeatedScalarFieldContainer[str]
@@ -262,7 +263,26 @@ class PolicyStatusResponse(_message.Message):
     warnings: _containers.RepeatedScalarFieldContainer[str]
     policies: int
     error_at: _timestamp_pb2.Timestamp
-    def __init__(self, policy_version: _Optional[str] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., files: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., policies: _Optional[int] = ..., error_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    def __init__(self, policy_version: _Optional[str] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., files: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., policies: _Optional[int] = ..., error_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("replica", "policy_version", "loaded_at", "seen_at", "error", "answering", "started_at")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOADED_AT_FIELD_NUMBER: _ClassVar[int]
+    SEEN_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ANSWERING_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    policy_version: str
+    loaded_at: _timestamp_pb2.Timestamp
+    seen_at: _timestamp_pb2.Timestamp
+    error: str
+    answering: bool
+    started_at: _timestamp_pb2.Timestamp
+    def __init__(self, replica: _Optional[str] = ..., policy_version: _Optional[str] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., answering: _Optional[bool] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReloadPoliciesRequest(_message.Message):
     __slots__ = ()
