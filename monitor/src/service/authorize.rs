@@ -105,6 +105,12 @@ impl Monitor {
                         return Ok(decision);
                     }
                     Committed::SessionMoved => break,
+                    // A grant it used was revoked through another monitor:
+                    // read the grants again, then decide again.
+                    Committed::GrantsMoved => {
+                        self.reload_shared_state().await?;
+                        break;
+                    }
                     Committed::Replay(earlier) => earlier,
                     Committed::KeyReused(earlier) if earlier.request_hash == legacy_request_hash(&input) => {
                         earlier.decision

@@ -186,6 +186,9 @@ pub(crate) enum Committed {
     SessionMoved,
     /// The grant is no longer stored: nothing appended.
     GrantGone,
+    /// A grant the decision relied on is no longer stored (another monitor
+    /// revoked it): nothing appended; reload the grants and decide again.
+    GrantsMoved,
 }
 
 pub(super) struct Job {

@@ -171,6 +171,23 @@ pub(super) fn plan(
             return Ok(Planned::Answer(Box::new(Committed::SessionMoved)));
         }
     }
+    // An ALLOW that a grant gave stands only while the grant does: on a
+    // shared store another monitor may have revoked it since this one read
+    // its grants.
+    if let Some(decision) = &commit.decision
+        && decision.outcome == Outcome::Allow
+        && commit.entry.kind == "decision"
+    {
+        for grant_id in &decision.grant_ids {
+            let exists = match overlay.grants.get(grant_id) {
+                Some(put) => *put,
+                None => view.grant_exists(grant_id)?,
+            };
+            if !exists {
+                return Ok(Planned::Answer(Box::new(Committed::GrantsMoved)));
+            }
+        }
+    }
     let seq = head.seq + 1;
     let mut commit = commit;
     // An answer from an approval: as the approval stands now.

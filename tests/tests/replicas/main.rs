@@ -572,3 +572,42 @@ async fn an_approvers_passkey_is_kept_in_the_database_for_every_monitor() {
     .await;
     assert_eq!(cluster.psql("SELECT document FROM warden_passkeys").unwrap().trim(), "[]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grant_revoked_through_one_monitor_allows_nothing_more_on_another() {
+    let Some((cluster, wardend)) = setup("a_grant_revoked_through_one_monitor_allows_nothing_more_on_another") else {
+        return;
+    };
+    let monitors = replicas(&wardend, &cluster, 2);
+    let b = harness(&monitors[1].endpoint).await;
+    let agent = Actor::new("alice", "claude-code", "revoked");
+    let write = || ActionRequest::write_file("/srv/shared/y");
+    let mut on_a = admin(&monitors[0].endpoint).await;
+    let grant = on_a
+        .create_grant(pb::CreateGrantRequest {
+            user: "alice".into(),
+            actions: vec!["fs.write".into()],
+            resource_scope: "file:/srv/shared/y".into(),
+            ttl_seconds: 600,
+            reason: "for a while".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    eventually("B decides with the grant", || async {
+        (b.authorize(&agent, write()).await.ok()?.outcome == Outcome::Allow).then_some(())
+    })
+    .await;
+    // Revoked through A: B's very next decision is made without it, whether
+    // or not B has heard (the writer checks the grant in its transaction).
+    on_a.revoke_grant(pb::RevokeGrantRequest { grant_id: grant.grant_id.clone() }).await.unwrap();
+    let after = b.authorize(&agent, write()).await.unwrap();
+    assert_eq!(after.outcome, Outcome::Deny, "{after:?}");
+    // A notification anyone on the database can send does not move what
+    // the monitors believe the head is.
+    cluster.psql("NOTIFY warden, 'audit 1000000'").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = verify(&monitors[1].endpoint).await;
+    assert!(report.ok, "{report:?}");
+}

@@ -113,11 +113,12 @@ impl Listener {
 
     async fn heard(&self, payload: &str) {
         match payload.split_once(' ') {
-            Some(("audit", seq)) => {
-                if let Ok(seq) = seq.parse() {
-                    self.advance(seq);
-                }
-            }
+            // A hint only (anyone who can connect can NOTIFY): the head is
+            // read from the database.
+            Some(("audit", _)) => match self.store.head_seq().await {
+                Ok(seq) => self.advance(seq),
+                Err(e) => tracing::warn!(error = %e, "reading the audit head"),
+            },
             Some(("approval", id)) => match self.store.approval(id).await {
                 Ok(Some(approval)) => {
                     let _ = self.store.approval_events.send(ApprovalEvent { approval });

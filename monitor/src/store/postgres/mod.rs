@@ -123,6 +123,12 @@ impl Connector {
             config.application_name("wardend");
         }
         config.connect_timeout(std::time::Duration::from_secs(5));
+        // A monitor cut off mid-batch must not hold the chain's head row
+        // (and so every monitor) for longer than this; waits for a lock end
+        // too, and a dead peer is noticed by keepalives.
+        config.options("-c lock_timeout=5s -c idle_in_transaction_session_timeout=15s");
+        config.keepalives(true);
+        config.keepalives_idle(std::time::Duration::from_secs(10));
         let tls = match config.get_ssl_mode() {
             tokio_postgres::config::SslMode::Disable => None,
             _ => Some(tls_connector(options.ca_file.as_deref())?),
@@ -339,8 +345,16 @@ impl Postgres {
         // The limiter's keys separate their parts with NUL, which a text
         // column cannot hold: the row's key is their hash.
         let key = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+        // A full bucket first when there is none, so that the statement
+        // below always locks a row: concurrent first takes then go in turn.
+        const MAKE: &str = "INSERT INTO warden_rate (key, tokens, at_unix_ns, refusing, full_unix_ns) VALUES ($1, $2, \
+            $3, false, $3) ON CONFLICT (key) DO NOTHING";
         let client = self.readers.client().await?;
-        let row = client.query_one(TAKE, &[&key, &per_second, &burst, &now_unix_ns]).await.map_err(pg_error)?;
+        let make: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &burst, &now_unix_ns];
+        let take: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&key, &per_second, &burst, &now_unix_ns];
+        let (made, row) = tokio::join!(client.execute(MAKE, &make), client.query_one(TAKE, &take));
+        made.map_err(pg_error)?;
+        let row = row.map_err(pg_error)?;
         let (available, was_refusing): (f64, bool) = (row.get(0), row.get(1));
         if available >= 1.0 {
             return Ok(Ok(()));
@@ -468,6 +482,13 @@ impl Postgres {
             )
             .await
             .map_err(pg_error)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    /// The newest committed record, as the database has it.
+    pub(crate) async fn head_seq(&self) -> Result<u64, StoreError> {
+        let client = self.readers.client().await?;
+        let row = client.query_one("SELECT seq FROM warden_audit_head WHERE id = 1", &[]).await.map_err(pg_error)?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 

@@ -181,6 +181,10 @@ pub(super) struct WriteLoop {
 
 type Reply = oneshot::Sender<Result<Committed, StoreError>>;
 
+/// The longest a batch's transaction may take before its callers are told
+/// the store is unavailable.
+const BATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl WriteLoop {
     /// A writer that connects when its first batch comes.
     pub(super) fn new(connector: Connector, replica: Arc<str>, durable: Arc<watch::Sender<u64>>) -> Self {
@@ -226,7 +230,17 @@ impl WriteLoop {
         let (commits, replies): (Vec<Commit>, Vec<Reply>) = batch.into_iter().map(|j| (j.commit, j.reply)).unzip();
         let replica = Arc::clone(&self.replica);
         let result = match self.connected().await {
-            Ok((client, statements)) => transact(client, statements, &replica, commits).await,
+            Ok((client, statements)) => {
+                match tokio::time::timeout(BATCH_TIMEOUT, transact(client, statements, &replica, commits)).await {
+                    Ok(done) => done,
+                    Err(_) => {
+                        // Where the transaction stands is unknown: the
+                        // connection goes (the database rolls it back).
+                        self.client = None;
+                        Err(StoreError::Postgres(format!("the batch took more than {BATCH_TIMEOUT:?}")))
+                    }
+                }
+            }
             Err(e) => Err(e),
         };
         match result {
@@ -319,6 +333,9 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
             Guard::Answer { approval_id } if !approval_id.is_empty() => approval_ids.push(approval_id.clone()),
             Guard::GrantExists { grant_id } => grant_ids.push(grant_id.clone()),
             Guard::Answer { .. } | Guard::None => {}
+        }
+        if let Some(decision) = &commit.decision {
+            grant_ids.extend(decision.grant_ids.iter().cloned());
         }
         if let (Some(_), Some(approval)) = (commit.caps, &commit.approval) {
             capped.push((
