@@ -230,3 +230,40 @@ async fn a_harness_waiting_on_an_approval_gets_its_answer_when_its_monitor_is_ki
         .count();
     assert_eq!(used, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_holding_the_chain_s_head_stalls_a_decision_only_until_the_lock_timeout() {
+    let Some((cluster, wardend)) =
+        setup("a_session_holding_the_chain_s_head_stalls_a_decision_only_until_the_lock_timeout")
+    else {
+        return;
+    };
+    let monitors = replicas(&wardend, &cluster, 1);
+    // Someone on the database holds the head row for 20 s.
+    let mut holder = std::process::Command::new("psql")
+        .args(["-X", "-q", &cluster.url(), "-c"])
+        .arg("BEGIN; SELECT seq FROM warden_audit_head WHERE id = 1 FOR UPDATE; SELECT pg_sleep(20); COMMIT;")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut authority = pb::authority_client::AuthorityClient::with_interceptor(
+        channel(&monitors[0].endpoint).await.0,
+        bearer(HARNESS),
+    );
+    let request =
+        ActionRequest::read_file("/home/alice/project/README.md").request_id("stalled-1").into_proto_request();
+    let asked = std::time::Instant::now();
+    let mut call = tonic::Request::new(pb::AuthorizeRequest {
+        actor: Some(pb::Actor { user: "alice".into(), agent: "claude-code".into(), session: "stalled".into() }),
+        ..request
+    });
+    call.set_timeout(Duration::from_secs(30));
+    let refused = authority.authorize(call).await.unwrap_err();
+    let took = asked.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // Refused (closed), and well before the holder lets go.
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(took < Duration::from_secs(12), "the decision waited {took:?} for the lock");
+}
