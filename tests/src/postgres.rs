@@ -51,18 +51,25 @@ fn server_bin() -> Option<PathBuf> {
     found.pop().map(|(_, bin)| bin)
 }
 
+/// The server's programs, or `None` (having printed why) when PostgreSQL is
+/// not installed and the test may skip.
+fn server_bin_or_skip(test: &str) -> Option<PathBuf> {
+    let bin = server_bin();
+    if bin.is_none() {
+        assert!(
+            std::env::var_os("WARDEN_REQUIRE_POSTGRES").is_none(),
+            "WARDEN_REQUIRE_POSTGRES is set but PostgreSQL's initdb is not installed (apt-get install postgresql)"
+        );
+        eprintln!("skipping {test}: PostgreSQL is not installed (apt-get install postgresql)");
+    }
+    bin
+}
+
 impl PgCluster {
     /// Starts a cluster, or returns `None` (having printed why) when
     /// PostgreSQL is not installed and the test may skip.
     pub fn start_or_skip(test: &str) -> anyhow::Result<Option<Self>> {
-        let Some(bin) = server_bin() else {
-            assert!(
-                std::env::var_os("WARDEN_REQUIRE_POSTGRES").is_none(),
-                "WARDEN_REQUIRE_POSTGRES is set but PostgreSQL's initdb is not installed (apt-get install postgresql)"
-            );
-            eprintln!("skipping {test}: PostgreSQL is not installed (apt-get install postgresql)");
-            return Ok(None);
-        };
+        let Some(bin) = server_bin_or_skip(test) else { return Ok(None) };
         Self::start(bin).map(Some)
     }
 
@@ -70,14 +77,7 @@ impl PgCluster {
     /// connect only over TLS (`hostssl`) with its password (SCRAM), as in a
     /// deployment; the test's own `psql` stays the trusted superuser.
     pub fn start_secured_or_skip(test: &str) -> anyhow::Result<Option<(Self, Secured)>> {
-        let Some(bin) = server_bin() else {
-            assert!(
-                std::env::var_os("WARDEN_REQUIRE_POSTGRES").is_none(),
-                "WARDEN_REQUIRE_POSTGRES is set but PostgreSQL's initdb is not installed (apt-get install postgresql)"
-            );
-            eprintln!("skipping {test}: PostgreSQL is not installed (apt-get install postgresql)");
-            return Ok(None);
-        };
+        let Some(bin) = server_bin_or_skip(test) else { return Ok(None) };
         let mut cluster = Self::init(bin)?;
         let data = PathBuf::from(cluster.data());
         // A CA of the test's and a certificate for localhost.

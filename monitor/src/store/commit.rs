@@ -196,6 +196,38 @@ pub(super) struct Job {
     pub(super) reply: oneshot::Sender<Result<Committed, StoreError>>,
 }
 
+/// Sends `commit` to a writer and waits for its answer, timing it.
+pub(super) async fn send_job(
+    writer: &mpsc::Sender<Job>,
+    timing: &prometheus_client::metrics::histogram::Histogram,
+    commit: Commit,
+) -> Result<Committed, StoreError> {
+    let started = std::time::Instant::now();
+    let (reply, answer) = oneshot::channel();
+    writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
+    let committed = answer.await.map_err(|_| StoreError::WriterGone)?;
+    timing.observe(started.elapsed().as_secs_f64());
+    committed
+}
+
+/// `first` and every job waiting behind it, up to [`MAX_BATCH`] jobs and
+/// about [`MAX_BATCH_BYTES`]: a frame (or a transaction) must stay far below
+/// what a reader believes, whatever the requests' sizes.
+pub(super) fn fill_batch(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+    let mut bytes = first.commit.approx_bytes();
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+        match rx.try_recv() {
+            Ok(job) => {
+                bytes += job.commit.approx_bytes();
+                batch.push(job);
+            }
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
 /// The head of the chain: last seq and its hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {

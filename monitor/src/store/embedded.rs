@@ -142,12 +142,7 @@ impl Embedded {
     /// Appends a record with its state, if its guard holds, and returns once
     /// it is flushed.
     pub(crate) async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
-        let started = std::time::Instant::now();
-        let (reply, answer) = oneshot::channel();
-        self.writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
-        let committed = answer.await.map_err(|_| StoreError::WriterGone)?;
-        self.append_seconds.observe(started.elapsed().as_secs_f64());
-        committed
+        send_job(&self.writer, &self.append_seconds, commit).await
     }
 
     /// Resolves once a segment is sealed and sled's flush after it done

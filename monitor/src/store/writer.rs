@@ -152,21 +152,7 @@ impl WriteLoop {
                     None => break,
                 },
             };
-            // Bounded in bytes too: a frame must stay far below what a
-            // reader believes (a batch of the largest requests, each with its
-            // approval, would otherwise run past a gigabyte).
-            let mut bytes = first.commit.approx_bytes();
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(job) => {
-                        bytes += job.commit.approx_bytes();
-                        batch.push(job);
-                    }
-                    Err(_) => break,
-                }
-            }
-            head = self.write_batch(batch, head);
+            head = self.write_batch(fill_batch(first, &mut rx), head);
             self.maybe_checkpoint(&head).await;
         }
         // Every batch answered, then one last checkpoint: sled holds all

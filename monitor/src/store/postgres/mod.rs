@@ -289,12 +289,7 @@ impl Postgres {
     /// Appends a record with its state, if its guard holds, and returns once
     /// PostgreSQL committed it.
     pub(crate) async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
-        let started = std::time::Instant::now();
-        let (reply, answer) = oneshot::channel();
-        self.writer.send(Job { commit, reply }).await.map_err(|_| StoreError::WriterGone)?;
-        let committed = answer.await.map_err(|_| StoreError::WriterGone)?;
-        self.append_seconds.observe(started.elapsed().as_secs_f64());
-        committed
+        send_job(&self.writer, &self.append_seconds, commit).await
     }
 
     pub(crate) fn append_seconds(&self) -> prometheus_client::metrics::histogram::Histogram {

@@ -128,46 +128,28 @@ impl Statements {
             "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS n(payload)",
         ];
         let prepared = try_join_all(texts.iter().map(|text| client.prepare(text))).await.map_err(pg_error)?;
-        let [
-            head,
-            requests,
-            approvals,
-            sessions,
-            locks,
-            grants,
-            waiting_sessions,
-            waiting_harnesses,
-            insert_audit,
-            put_requests,
-            put_approvals,
-            put_sessions,
-            put_grant,
-            remove_grant,
-            put_lock,
-            remove_lock,
-            move_head,
-            notify,
-        ]: [Statement; 18] =
-            prepared.try_into().map_err(|_| StoreError::Postgres("a statement was not prepared".into()))?;
+        // In the order of `texts`.
+        let mut prepared = prepared.into_iter();
+        let mut next = || prepared.next().ok_or_else(|| StoreError::Postgres("a statement was not prepared".into()));
         Ok(Self {
-            head,
-            requests,
-            approvals,
-            sessions,
-            locks,
-            grants,
-            waiting_sessions,
-            waiting_harnesses,
-            insert_audit,
-            put_requests,
-            put_approvals,
-            put_sessions,
-            put_grant,
-            remove_grant,
-            put_lock,
-            remove_lock,
-            move_head,
-            notify,
+            head: next()?,
+            requests: next()?,
+            approvals: next()?,
+            sessions: next()?,
+            locks: next()?,
+            grants: next()?,
+            waiting_sessions: next()?,
+            waiting_harnesses: next()?,
+            insert_audit: next()?,
+            put_requests: next()?,
+            put_approvals: next()?,
+            put_sessions: next()?,
+            put_grant: next()?,
+            remove_grant: next()?,
+            put_lock: next()?,
+            remove_lock: next()?,
+            move_head: next()?,
+            notify: next()?,
         })
     }
 }
@@ -207,18 +189,7 @@ impl WriteLoop {
                     None => break,
                 },
             };
-            let mut bytes = first.commit.approx_bytes();
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-                match jobs.try_recv() {
-                    Ok(job) => {
-                        bytes += job.commit.approx_bytes();
-                        batch.push(job);
-                    }
-                    Err(_) => break,
-                }
-            }
-            self.write_batch(batch).await;
+            self.write_batch(fill_batch(first, &mut jobs)).await;
         }
     }
 
