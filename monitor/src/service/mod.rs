@@ -598,6 +598,10 @@ fn check_approval_id(approval_id: &str) -> Result<(), CallError> {
     if approval_id.len() > limits::ID_BYTES {
         return Err(InvalidInput::new("approval_id", format!("is longer than {} bytes", limits::ID_BYTES)).into());
     }
+    // No id the monitor makes holds one, and a database's text cannot hold NUL.
+    if approval_id.chars().any(char::is_control) {
+        return Err(InvalidInput::new("approval_id", "holds a control character").into());
+    }
     Ok(())
 }
 

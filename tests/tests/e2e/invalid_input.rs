@@ -85,6 +85,13 @@ async fn each_bad_input_names_its_field() {
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().starts_with("approval_id:"));
+    // A NUL (which a PostgreSQL store could not even look up) is bad input too.
+    let status = client
+        .await_decision(pb::AwaitDecisionRequest { approval_id: "apr-\0x".into(), timeout_ms: 1 })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().starts_with("approval_id:"));
     let status = client
         .await_decision(pb::AwaitDecisionRequest { approval_id: "apr-nope".into(), timeout_ms: 1 })
         .await
