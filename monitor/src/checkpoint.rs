@@ -154,6 +154,17 @@ pub fn check_log(checkpoint: &Checkpoint, report: &VerifyReport, hash_at: Option
     }
 }
 
+/// The checkpoints of `lines` (JSON, one a line), skipping what does not
+/// parse (a torn last line).
+pub fn parse_checkpoints<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<Checkpoint> {
+    lines.into_iter().filter_map(|line| serde_json::from_str::<Checkpoint>(line).ok()).collect()
+}
+
+/// The checkpoints of the log file `log`; none when it cannot be read.
+pub fn read_checkpoints(log: &Path) -> Vec<Checkpoint> {
+    std::fs::read_to_string(log).map(|text| parse_checkpoints(text.lines())).unwrap_or_default()
+}
+
 /// A log that no longer starts at record 1 (retention took its oldest
 /// segments) proves where it starts only with both: an
 /// `audit.segment-removed` record in the chain that remains naming the
@@ -161,22 +172,21 @@ pub fn check_log(checkpoint: &Checkpoint, report: &VerifyReport, hash_at: Option
 /// taken, and signed by `public_key` (retention writes it, durably, before
 /// it deletes; a frame anyone can append, so only the signature makes it
 /// the monitor's), and a checkpoint of that record, signed by `public_key`,
-/// in `log` (the monitor's `checkpoints.jsonl`). A periodic checkpoint alone
-/// is not enough: old segments deleted by hand start the log after a signed
+/// among `checkpoints` (the monitor's `checkpoints.jsonl`; on PostgreSQL
+/// also those kept in the database). A periodic checkpoint alone is not
+/// enough: old segments deleted by hand start the log after a signed
 /// record too. Without both, `report` names the first missing record as bad.
-pub fn check_base(report: &mut VerifyReport, log: &Path, public_key: Option<&str>) {
+pub fn check_base(report: &mut VerifyReport, checkpoints: &[Checkpoint], public_key: Option<&str>) {
     // Checked even when the chain breaks later: the missing start comes first.
     if report.base.seq == 0 {
         return;
     }
     let base = &report.base;
-    let vouched = std::fs::read_to_string(log).ok().is_some_and(|text| {
-        text.lines().filter_map(|line| serde_json::from_str::<Checkpoint>(line).ok()).any(|c| {
-            c.seq == base.seq
-                && c.hash == base.hash
-                && public_key.is_some_and(|key| key == c.public_key)
-                && verify_signature(&c).is_ok()
-        })
+    let vouched = checkpoints.iter().any(|c| {
+        c.seq == base.seq
+            && c.hash == base.hash
+            && public_key.is_some_and(|key| key == c.public_key)
+            && verify_signature(c).is_ok()
     });
     let removal = report.removed_through.get(&base.seq);
     let recorded = removal.is_some();

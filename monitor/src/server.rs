@@ -403,6 +403,7 @@ async fn follow_shared(monitor: Arc<Monitor>, pg: crate::store::postgres::Postgr
     let mut shutdown = monitor.shutdown();
     let mut changes = pg.state_changes();
     let started = crate::service::unix_ns(monitor.now());
+    let key = monitor.checkpoint_public_key();
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -420,7 +421,7 @@ async fn follow_shared(monitor: Arc<Monitor>, pg: crate::store::postgres::Postgr
                 let status = monitor.policy_status();
                 let now = crate::service::unix_ns(monitor.now());
                 if let Err(e) =
-                    pg.report_replica(started, now, &status.version, status.loaded_at_unix_ns, &status.error).await
+                    pg.report_replica(started, now, &status.version, status.loaded_at_unix_ns, &status.error, &key).await
                 {
                     tracing::warn!(error = %e, "cannot say in PostgreSQL which policies this monitor serves");
                 }

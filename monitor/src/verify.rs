@@ -43,7 +43,8 @@ pub fn verify_offline(data: &Path, at_seq: Option<u64>) -> Result<OfflineReport,
     let key_path = data.join(CHECKPOINT_KEY_FILE);
     let public_key =
         if key_path.is_file() { Some(CheckpointKey::load_or_create(&key_path)?.public_hex()) } else { None };
-    crate::checkpoint::check_base(&mut report, &data.join(CHECKPOINT_LOG_FILE), public_key.as_deref());
+    let checkpoints = crate::checkpoint::read_checkpoints(&data.join(CHECKPOINT_LOG_FILE));
+    crate::checkpoint::check_base(&mut report, &checkpoints, public_key.as_deref());
     let hash_at = match at_seq {
         Some(seq) => store.hash_at(seq).map_err(|e| e.to_string())?,
         None => None,

@@ -94,6 +94,19 @@ pub(crate) enum Guard {
         /// The grant.
         grant_id: String,
     },
+    /// Records `first_seq` to `last_seq` are the oldest stored and the last
+    /// has `last_hash`; the commit removes them with its record (retention
+    /// on PostgreSQL: the record that says they go and their removal are
+    /// one transaction). Else nothing is appended: another monitor removed
+    /// them first.
+    OldestRecords {
+        /// The oldest record stored.
+        first_seq: u64,
+        /// The last record to remove.
+        last_seq: u64,
+        /// Its hash.
+        last_hash: String,
+    },
 }
 
 /// One audit record and the state that goes with it, made durable together.
@@ -189,6 +202,9 @@ pub(crate) enum Committed {
     /// A grant the decision relied on is no longer stored (another monitor
     /// revoked it): nothing appended; reload the grants and decide again.
     GrantsMoved,
+    /// The oldest records are no longer those named (another monitor
+    /// removed them): nothing appended.
+    AuditMoved,
 }
 
 pub(super) struct Job {
@@ -359,6 +375,9 @@ pub(super) struct Write {
     pub(super) lock: Option<LockChange>,
     /// The session record to store, when it changed.
     pub(super) session: Option<SessionRecord>,
+    /// The oldest records to remove with this one (`first`, `last`):
+    /// retention on PostgreSQL.
+    pub(super) removes: Option<(u64, u64)>,
 }
 
 impl Write {

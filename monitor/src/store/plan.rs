@@ -26,6 +26,9 @@ pub(super) trait View {
     /// How many approvals wait at `now_unix_ns` for the session `key` and
     /// for the harness `harness` (one past its deadline does not).
     fn waiting(&self, key: &SessionKey, harness: &str, now_unix_ns: i64) -> Result<(usize, usize), StoreError>;
+    /// The hash of record `last_seq` when `first_seq` is the oldest record
+    /// stored; `None` otherwise (a store whose log is not rows refuses).
+    fn oldest_records(&self, first_seq: u64, last_seq: u64) -> Result<Option<String>, StoreError>;
 }
 
 /// The session record as of the batch being planned.
@@ -159,7 +162,17 @@ pub(super) fn plan(
             }
             None
         }
+        Guard::OldestRecords { first_seq, last_seq, last_hash } => {
+            if view.oldest_records(*first_seq, *last_seq)?.as_ref() != Some(last_hash) {
+                return Ok(Planned::Answer(Box::new(Committed::AuditMoved)));
+            }
+            None
+        }
         Guard::Answer { .. } => None,
+    };
+    let removes = match &commit.guard {
+        Guard::OldestRecords { first_seq, last_seq, .. } => Some((*first_seq, *last_seq)),
+        _ => None,
     };
     // A decision made with other labels than the session has now (another
     // decision of the same session came first, on this monitor or another
@@ -291,5 +304,5 @@ pub(super) fn plan(
         }
         _ => None,
     };
-    Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval, grant, lock, session })))
+    Ok(Planned::Append(Box::new(Write { record, decision, remembered, approval, grant, lock, session, removes })))
 }

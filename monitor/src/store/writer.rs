@@ -132,6 +132,11 @@ impl View for EmbeddedView<'_> {
             None => Ok(self.trees.grants.contains_key(grant_id.as_bytes())?),
         }
     }
+
+    fn oldest_records(&self, _first_seq: u64, _last_seq: u64) -> Result<Option<String>, StoreError> {
+        // Retention takes whole segments here (`offline.rs`), never rows.
+        Err(StoreError::Unsupported("the embedded audit log removes segments, not records".into()))
+    }
 }
 
 impl WriteLoop {

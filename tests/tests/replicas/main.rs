@@ -19,6 +19,7 @@ use warden_tests::replicas::{ADMIN, APPROVER, APPROVER_2, HARNESS, Replica, ward
 use warden_tests::wait::eventually;
 
 mod failures;
+mod retention;
 
 /// A database and the built `wardend`, or `None` (having said why) when the
 /// test may skip.

@@ -33,7 +33,10 @@ use super::*;
 
 mod listen;
 mod passkeys;
+mod retention;
 pub(crate) mod schema;
+
+pub(crate) use self::retention::{drop_archive, finish_archive, write_archive};
 mod writer;
 
 /// How to reach the database.
@@ -512,37 +515,67 @@ impl Postgres {
         *self.durable.borrow()
     }
 
-    /// Walks the whole chain in the database, a page at a time, up to the
-    /// newest record this monitor knows to be committed.
+    /// Walks the whole chain in the database, a page at a time, from its
+    /// oldest record up to the newest this monitor knows to be committed.
+    /// A chain whose oldest records retention removed starts after the
+    /// last one removed (`base`, which the caller checks against the
+    /// removal record and a signed checkpoint: `checkpoint::check_base`).
     pub(crate) async fn verify(&self) -> VerifyReport {
         const PAGE: usize = 4096;
         let upto = self.durable_seq();
-        let report = |records, head, first_bad| VerifyReport {
-            records,
-            head,
-            first_bad,
+        let mut report = VerifyReport {
+            records: 0,
+            head: Head::genesis(),
+            first_bad: None,
             base: Head::genesis(),
             removed_through: Default::default(),
         };
-        let (mut total, mut head) = (0, Head::genesis());
-        while head.seq < upto {
-            let page = match self.audit_from(head.seq + 1, PAGE).await {
+        let oldest = match self.audit_extent().await {
+            Ok(extent) => extent.map(|(oldest, _)| oldest),
+            Err(e) => {
+                report.first_bad = Some((1, e.to_string()));
+                return report;
+            }
+        };
+        if let Some(oldest) = oldest.filter(|&oldest| oldest > 1 && oldest <= upto) {
+            match self.audit_from(oldest, 1).await {
+                Ok(first) => {
+                    if let Some(first) = first.first() {
+                        report.base = Head { seq: oldest - 1, hash: first.prev_hash.clone() };
+                        report.head = report.base.clone();
+                    }
+                }
+                Err(e) => {
+                    report.first_bad = Some((oldest, e.to_string()));
+                    return report;
+                }
+            }
+        }
+        while report.head.seq < upto {
+            let at = report.head.seq + 1;
+            let page = match self.audit_from(at, PAGE).await {
                 Ok(page) => page,
-                Err(e) => return report(total, head.clone(), Some((head.seq + 1, e.to_string()))),
+                Err(e) => {
+                    report.first_bad = Some((at, e.to_string()));
+                    return report;
+                }
             };
             let page: Vec<AuditRecord> = page.into_iter().take_while(|r| r.seq <= upto).collect();
             if page.is_empty() {
-                let missing = format!("the log ends at #{} before the head #{upto}", head.seq);
-                return report(total, head.clone(), Some((head.seq + 1, missing)));
+                let missing = format!("the log ends at #{} before the head #{upto}", report.head.seq);
+                report.first_bad = Some((at, missing));
+                return report;
             }
-            let checked = verify_chain(head.clone(), page.into_iter().map(Ok::<_, StoreError>));
-            total += checked.records;
+            let checked = verify_chain(report.head.clone(), page.into_iter().map(Ok::<_, StoreError>));
+            report.records += checked.records;
+            report.removed_through.extend(checked.removed_through);
+            report.head = checked.head;
             if checked.first_bad.is_some() {
-                return report(total, checked.head, checked.first_bad);
+                report.first_bad = checked.first_bad;
+                return report;
             }
-            head = checked.head;
         }
-        report(total, head, None)
+        report
     }
 
     /// Records what this monitor serves, for `policy status` on every
@@ -554,15 +587,17 @@ impl Postgres {
         version: &str,
         loaded_unix_ns: i64,
         error: &str,
+        checkpoint_key: &str,
     ) -> Result<(), StoreError> {
         let client = self.readers.client().await?;
         client
             .execute(
                 "INSERT INTO warden_replicas (replica, started_unix_ns, seen_unix_ns, policy_version, \
-                 policy_loaded_unix_ns, policy_error) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (replica) DO \
-                 UPDATE SET seen_unix_ns = EXCLUDED.seen_unix_ns, policy_version = EXCLUDED.policy_version, \
-                 policy_loaded_unix_ns = EXCLUDED.policy_loaded_unix_ns, policy_error = EXCLUDED.policy_error",
-                &[&&*self.replica, &started_unix_ns, &now_unix_ns, &version, &loaded_unix_ns, &error],
+                 policy_loaded_unix_ns, policy_error, checkpoint_key) VALUES ($1, $2, $3, $4, $5, $6, $7) ON \
+                 CONFLICT (replica) DO UPDATE SET seen_unix_ns = EXCLUDED.seen_unix_ns, policy_version = \
+                 EXCLUDED.policy_version, policy_loaded_unix_ns = EXCLUDED.policy_loaded_unix_ns, policy_error = \
+                 EXCLUDED.policy_error, checkpoint_key = EXCLUDED.checkpoint_key",
+                &[&&*self.replica, &started_unix_ns, &now_unix_ns, &version, &loaded_unix_ns, &error, &checkpoint_key],
             )
             .await
             .map_err(pg_error)?;
@@ -574,8 +609,8 @@ impl Postgres {
         let client = self.readers.client().await?;
         let rows = client
             .query(
-                "SELECT replica, started_unix_ns, seen_unix_ns, policy_version, policy_loaded_unix_ns, policy_error \
-                 FROM warden_replicas WHERE seen_unix_ns >= $1 ORDER BY replica",
+                "SELECT replica, started_unix_ns, seen_unix_ns, policy_version, policy_loaded_unix_ns, policy_error, \
+                 checkpoint_key FROM warden_replicas WHERE seen_unix_ns >= $1 ORDER BY replica",
                 &[&since_unix_ns],
             )
             .await
@@ -589,6 +624,7 @@ impl Postgres {
                 policy_version: row.get(3),
                 policy_loaded_unix_ns: row.get(4),
                 policy_error: row.get(5),
+                checkpoint_key: row.get(6),
             })
             .collect())
     }
@@ -609,4 +645,6 @@ pub(crate) struct ReplicaRecord {
     pub(crate) policy_loaded_unix_ns: i64,
     /// Its last failed reload, if any.
     pub(crate) policy_error: String,
+    /// The public key (hex) its checkpoints and removals are signed with.
+    pub(crate) checkpoint_key: String,
 }

@@ -87,6 +87,16 @@ const MIGRATIONS: &[&str] = &[
         policy_error text NOT NULL DEFAULT ''
     );
     ",
+    // 2: retention. The checkpoints that close each removal, for every
+    // monitor's verifier (signed by the checkpoint key, which the database
+    // never holds: a row forged here vouches for nothing), and each
+    // monitor's checkpoint key, so that one removes records only when all
+    // verify with the same key.
+    r"
+    CREATE TABLE warden_checkpoints (seq bigint NOT NULL, line text NOT NULL);
+    CREATE INDEX warden_checkpoints_seq ON warden_checkpoints (seq);
+    ALTER TABLE warden_replicas ADD COLUMN checkpoint_key text NOT NULL DEFAULT '';
+    ",
 ];
 
 /// The schema version this monitor writes.

@@ -23,6 +23,9 @@ struct PgView {
     waiting_sessions: HashMap<SessionKey, usize>,
     /// Approvals waiting, by harness, of the batch's new approvals' harnesses.
     waiting_harnesses: HashMap<String, usize>,
+    /// For a retention commit: the oldest record stored, and the hash of
+    /// the last one it removes.
+    oldest: Option<(u64, u64, Option<String>)>,
 }
 
 impl View for PgView {
@@ -58,6 +61,13 @@ impl View for PgView {
             self.waiting_harnesses.get(harness).copied().unwrap_or(0),
         ))
     }
+
+    fn oldest_records(&self, first_seq: u64, last_seq: u64) -> Result<Option<String>, StoreError> {
+        Ok(match &self.oldest {
+            Some((oldest, last, hash)) if *oldest == first_seq && *last == last_seq => hash.clone(),
+            _ => None,
+        })
+    }
 }
 
 /// `harness NUL request id` back into its parts.
@@ -78,6 +88,7 @@ struct Statements {
     grants: Statement,
     waiting_sessions: Statement,
     waiting_harnesses: Statement,
+    oldest: Statement,
     insert_audit: Statement,
     put_requests: Statement,
     put_approvals: Statement,
@@ -88,6 +99,7 @@ struct Statements {
     remove_lock: Statement,
     move_head: Statement,
     notify: Statement,
+    remove_audit: Statement,
 }
 
 impl Statements {
@@ -106,6 +118,7 @@ impl Statements {
              a.pending AND a.expires_unix_ns > $4 GROUP BY 1, 2, 3",
             "SELECT harness, count(*) FROM warden_approvals WHERE pending AND expires_unix_ns > $2 AND harness = \
              ANY($1::text[]) GROUP BY 1",
+            "SELECT (SELECT min(seq) FROM warden_audit), (SELECT record FROM warden_audit WHERE seq = $1)",
             "INSERT INTO warden_audit (seq, time_unix_ns, replica, record) SELECT seq, t, $3, r FROM \
              unnest($1::bigint[], $2::bigint[], $4::text[]) AS x(seq, t, r)",
             "INSERT INTO warden_requests (harness, request_id, decided_unix_ns, remembered) SELECT * FROM \
@@ -126,6 +139,7 @@ impl Statements {
             "DELETE FROM warden_locks WHERE target = $1",
             "UPDATE warden_audit_head SET seq = $1, hash = $2 WHERE id = 1",
             "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS n(payload)",
+            "DELETE FROM warden_audit WHERE seq BETWEEN $1 AND $2",
         ];
         let prepared = try_join_all(texts.iter().map(|text| client.prepare(text))).await.map_err(pg_error)?;
         // In the order of `texts`.
@@ -140,6 +154,7 @@ impl Statements {
             grants: next()?,
             waiting_sessions: next()?,
             waiting_harnesses: next()?,
+            oldest: next()?,
             insert_audit: next()?,
             put_requests: next()?,
             put_approvals: next()?,
@@ -150,6 +165,7 @@ impl Statements {
             remove_lock: next()?,
             move_head: next()?,
             notify: next()?,
+            remove_audit: next()?,
         })
     }
 }
@@ -293,6 +309,7 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
     let (mut harnesses, mut request_ids, mut approval_ids, mut grant_ids) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut capped, mut earliest) = (Vec::new(), i64::MAX);
+    let mut removal = None;
     let (mut sessions, mut session_harnesses, mut users) = (Vec::new(), Vec::new(), Vec::new());
     for commit in commits {
         match &commit.guard {
@@ -303,6 +320,7 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
             Guard::StillPending { approval_id } => approval_ids.push(approval_id.clone()),
             Guard::Answer { approval_id } if !approval_id.is_empty() => approval_ids.push(approval_id.clone()),
             Guard::GrantExists { grant_id } => grant_ids.push(grant_id.clone()),
+            Guard::OldestRecords { first_seq, last_seq, .. } => removal = Some((*first_seq, *last_seq)),
             Guard::Answer { .. } | Guard::None => {}
         }
         if let Some(decision) = &commit.decision {
@@ -347,6 +365,17 @@ async fn read_view(tx: &Transaction<'_>, st: &Statements, commits: &[Commit]) ->
     )
     .map_err(pg_error)?;
     let mut view = PgView::default();
+    if let Some((_, last)) = removal {
+        // Rare (a retention round), so not part of the round trip above.
+        let last_seq = i64::try_from(last).unwrap_or(i64::MAX);
+        let row = tx.query_one(&st.oldest, &[&last_seq]).await.map_err(pg_error)?;
+        let oldest = row.get::<_, Option<i64>>(0).and_then(|seq| u64::try_from(seq).ok()).unwrap_or(0);
+        let hash = match row.get::<_, Option<String>>(1) {
+            Some(text) => Some(from_json::<AuditRecord>("warden_audit", &last.to_string(), &text)?.hash),
+            None => None,
+        };
+        view.oldest = Some((oldest, last, hash));
+    }
     for row in requests {
         let (harness, request_id): (String, String) = (row.get(0), row.get(1));
         let remembered: Remembered = from_json("warden_requests", &request_id, row.get(2))?;
@@ -478,6 +507,10 @@ async fn write(
                 tx.execute(&st.remove_lock, &[target]).await.map_err(pg_error)?;
             }
             None => {}
+        }
+        if let Some((first, last)) = w.removes {
+            let (first, last) = (i64::try_from(first).unwrap_or(i64::MAX), i64::try_from(last).unwrap_or(i64::MAX));
+            tx.execute(&st.remove_audit, &[&first, &last]).await.map_err(pg_error)?;
         }
     }
     Ok(())
