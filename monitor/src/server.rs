@@ -404,6 +404,7 @@ async fn follow_shared(monitor: Arc<Monitor>, pg: crate::store::postgres::Postgr
     let mut changes = pg.state_changes();
     let started = crate::service::unix_ns(monitor.now());
     let key = monitor.checkpoint_public_key();
+    let mut reload_failed = false;
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -413,9 +414,12 @@ async fn follow_shared(monitor: Arc<Monitor>, pg: crate::store::postgres::Postgr
                 if changed.is_err() {
                     return;
                 }
-                if let Err(e) = monitor.reload_shared_state().await {
-                    tracing::error!(error = %e, "cannot reload grants and locks from PostgreSQL");
-                }
+                reload_failed = reload_shared(&monitor, reload_failed).await;
+            }
+            // A reload that failed (the database away for a moment) is tried
+            // again: a grant made meanwhile is not known until then.
+            () = tokio::time::sleep(RELOAD_RETRY), if reload_failed => {
+                reload_failed = reload_shared(&monitor, reload_failed).await;
             }
             _ = report.tick() => {
                 let status = monitor.policy_status();
@@ -426,6 +430,28 @@ async fn follow_shared(monitor: Arc<Monitor>, pg: crate::store::postgres::Postgr
                     tracing::warn!(error = %e, "cannot say in PostgreSQL which policies this monitor serves");
                 }
             }
+        }
+    }
+}
+
+/// How soon a failed reload of the shared grants and locks is tried again.
+const RELOAD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Rereads the grants and locks from the database; true when it failed
+/// (said once, not at every retry, while `failing`).
+async fn reload_shared(monitor: &Monitor, failing: bool) -> bool {
+    match monitor.reload_shared_state().await {
+        Ok(()) => {
+            if failing {
+                tracing::info!("grants and locks reloaded from PostgreSQL");
+            }
+            false
+        }
+        Err(e) => {
+            if !failing {
+                tracing::error!(error = %e, "cannot reload grants and locks from PostgreSQL; trying again every second");
+            }
+            true
         }
     }
 }
