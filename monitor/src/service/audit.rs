@@ -239,7 +239,8 @@ impl Monitor {
                 None => "deleted".to_owned(),
             };
             let checkpoint = close_with_checkpoint(checkpoints, &end, now)?;
-            let line = serde_json::to_string(&checkpoint).map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))?;
+            let line = serde_json::to_string(&checkpoint)
+                .map_err(|e| CallError::Store(StoreError::BatchFailed(e.to_string())))?;
             pg.save_checkpoint(end.seq, &line).await?;
             let removal = Removal { first: oldest, end: &end, bytes, why, whither: &whither, now };
             let guard = Guard::OldestRecords { first_seq: oldest, last_seq: end.seq, last_hash: end.hash.clone() };
