@@ -320,12 +320,18 @@ pub(crate) enum SessionsCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
     /// Load and strictly validate a policy folder with the monitor's own
-    /// loader; print diagnostics with file:line and a summary. Exit code 1
-    /// when the folder would not load.
+    /// loader, and prove its invariants (invariants/*.cedar) with the cvc5
+    /// solver; print diagnostics with file:line, each invariant broken with
+    /// a request that breaks it, and a summary. Exit code 1 when the folder
+    /// would not load or an invariant is broken or not proved.
     Check {
         /// The policy folder
         #[arg(default_value = "policies")]
         dir: PathBuf,
+        /// Fail when the folder has invariants and no cvc5 to prove them
+        /// (without: a warning)
+        #[arg(long)]
+        require_proofs: bool,
     },
     /// Run the policy test suites in DIR/tests/*.json against DIR with the
     /// monitor's own decision code (no server). Exit code 1 on a failure.
@@ -342,6 +348,24 @@ pub(crate) enum PolicyCommand {
         /// Change nothing; exit code 1 if a file is not formatted
         #[arg(long)]
         check: bool,
+    },
+    /// What NEW decides otherwise than OLD, proved for every request by
+    /// Cedar's symbolic compiler and the cvc5 solver: per principal type,
+    /// action and resource type, equivalent, newly permits (DENY or PENDING
+    /// to something further), newly forbids, or unknown (never read as
+    /// equivalent); each change with a request that shows it and the
+    /// `wardenctl authorize --explain` line that reproduces it. Exit code 0
+    /// when equivalent, 3 when a change was shown, 4 when a question stayed
+    /// open and none was shown.
+    Diff {
+        /// The policy folder as it is now
+        old: PathBuf,
+        /// The policy folder as it would be
+        #[arg(default_value = "policies")]
+        new: PathBuf,
+        /// How long the solver may take on one question, e.g. 10s
+        #[arg(long, value_name = "DURATION", default_value = "10s")]
+        timeout: String,
     },
     /// The running monitor's policies: version, files, last error, warnings (admin token).
     Status,

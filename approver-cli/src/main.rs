@@ -8,6 +8,7 @@ mod audit;
 mod authorize;
 mod cli;
 mod connection;
+mod diff;
 mod format;
 mod grants;
 mod out;
@@ -106,9 +107,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             sessions(cli.connection.admin().await?, command, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Policy(PolicyCommand::Check { dir }) => policy_check(&dir, cli.json),
+        Command::Policy(PolicyCommand::Check { dir, require_proofs }) => {
+            policy_check(&dir, require_proofs, cli.json).await
+        }
         Command::Policy(PolicyCommand::Test { dir }) => policy_test(&dir, cli.json),
         Command::Policy(PolicyCommand::Fmt { dir, check }) => policy_fmt(&dir, check),
+        Command::Policy(PolicyCommand::Diff { old, new, timeout }) => {
+            diff::policy_diff(&old, &new, &timeout, cli.json).await
+        }
         Command::Policy(PolicyCommand::Status) => {
             let status = cli.connection.admin().await?.policy_status(pb::PolicyStatusRequest {}).await?.into_inner();
             print_status(&status, cli.json)?;

@@ -137,11 +137,24 @@ pub(crate) fn policy_fmt(dir: &std::path::Path, check: bool) -> anyhow::Result<E
     Ok(if check && unformatted > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+pub(crate) async fn policy_check(dir: &std::path::Path, required: bool, json: bool) -> anyhow::Result<ExitCode> {
+    use warden_monitor::analysis::{Proof, Solver, prove_invariants};
     use warden_monitor::policy::PolicySnapshot;
     match PolicySnapshot::load(dir) {
         Ok(snapshot) => {
             let summary = snapshot.summary();
+            // The invariants, proved as the monitor proves them on a load.
+            let (proofs, unproved) = if snapshot.invariants.is_empty() {
+                (vec![], None)
+            } else {
+                match Solver::new(std::time::Duration::from_secs(10)) {
+                    Ok(mut solver) => {
+                        (prove_invariants(&snapshot, &dir.display().to_string(), &mut solver).await, None)
+                    }
+                    Err(why) => (vec![], Some(why)),
+                }
+            };
+            let proved = proofs.iter().all(|p| p.holds()) && (unproved.is_none() || !required);
             if json {
                 let warnings: Vec<String> = snapshot.warnings.iter().map(ToString::to_string).collect();
                 outln!(
@@ -156,6 +169,8 @@ pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> anyhow::Result<
                         "by_action": summary.by_action,
                         "missing_reason": summary.missing_reason,
                         "warnings": warnings,
+                        "invariants": proofs,
+                        "invariants_not_proved": unproved,
                     })
                 )?;
             } else {
@@ -177,8 +192,21 @@ pub(crate) fn policy_check(dir: &std::path::Path, json: bool) -> anyhow::Result<
                 if !summary.missing_reason.is_empty() {
                     outln!("  without @reason: {}", summary.missing_reason.join(", "))?;
                 }
+                if let Some(why) = &unproved {
+                    outln!("{} invariants NOT PROVED: {why}", snapshot.invariants.len())?;
+                }
+                for proof in &proofs {
+                    outln!("{} ({} ms)", proof.summary(), proof.millis)?;
+                    if let Proof::Broken { run: Some(run), .. } = &proof.proof {
+                        outln!("  {run}")?;
+                    }
+                }
+                if !proofs.is_empty() && proved {
+                    let millis: u128 = proofs.iter().map(|p| p.millis).sum();
+                    outln!("{} invariants proved in {millis} ms", proofs.len())?;
+                }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if proved { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Err(error) => {
             if json {

@@ -58,6 +58,12 @@ struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     duration: f64,
 
+    /// Only write the policy folder of the first --policies size into DIR
+    /// (schema, entities, generated policies) and exit: a second pack for
+    /// `wardenctl policy diff` and `policy check`.
+    #[arg(long, value_name = "DIR")]
+    write_policies: Option<PathBuf>,
+
     /// Print one JSON object per run (one per line) instead of a table.
     #[arg(long)]
     json: bool,
@@ -855,6 +861,13 @@ async fn main() -> Result<()> {
     }
     if args.policies.is_empty() || args.concurrency.is_empty() || args.concurrency.contains(&0) {
         bail!("--policies and --concurrency need at least one value, concurrency > 0");
+    }
+    if let Some(dir) = &args.write_policies {
+        let count = args.policies.first().copied().unwrap_or(10);
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        write_policy_folder(dir, count)?;
+        println!("{count} policies written to {}", dir.display());
+        return Ok(());
     }
     let duration = Duration::from_secs_f64(args.duration);
     let mut printer = Printer { json: args.json, header_done: false };

@@ -124,6 +124,35 @@ pub struct FileConfig {
     /// `[store]`: PostgreSQL instead of the embedded store.
     #[serde(default)]
     pub(crate) store: StoreFile,
+    /// `[policy]`: proofs of the folder's invariants.
+    #[serde(default)]
+    pub(crate) policy: PolicyFile,
+}
+
+/// The `[policy]` table.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyFile {
+    /// Refuse a policy folder with invariants when they cannot be proved
+    /// at all (no cvc5); default: load it, with a warning in the status.
+    pub(crate) require_proofs: Option<bool>,
+    /// How long the solver may take on one question, e.g. `10s`.
+    pub(crate) proof_timeout: Option<String>,
+}
+
+/// How invariants are proved on each load.
+#[derive(Debug, Clone)]
+pub struct ProofConfig {
+    /// Without a solver, refuse (true) or load with a warning (false).
+    pub required: bool,
+    /// The solver's limit per question.
+    pub timeout: Duration,
+}
+
+impl Default for ProofConfig {
+    fn default() -> Self {
+        Self { required: false, timeout: Duration::from_secs(10) }
+    }
 }
 
 /// The `[store]` table.
@@ -290,6 +319,8 @@ pub struct Settings {
     pub audit: AuditConfig,
     /// PostgreSQL (`[store] url` or `--store`); `None`: the embedded store.
     pub store: Option<crate::store::postgres::PgOptions>,
+    /// `[policy]`: proofs of invariants.
+    pub proofs: ProofConfig,
 }
 
 /// Values given on the command line; `None` leaves the file's or the default.
@@ -350,6 +381,10 @@ impl Settings {
             credentials: file.credentials,
             audit: audit_config(file.audit)?,
             store: store_config(flags.store, file.store)?,
+            proofs: ProofConfig {
+                required: file.policy.require_proofs.unwrap_or(false),
+                timeout: positive_duration("policy.proof_timeout", file.policy.proof_timeout, Duration::from_secs(10))?,
+            },
         })
     }
 }

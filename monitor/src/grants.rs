@@ -160,7 +160,7 @@ pub fn parse_scope(text: &str) -> Result<Scope, InvalidInput> {
 }
 
 /// A Cedar string literal.
-fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

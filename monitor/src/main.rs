@@ -211,6 +211,9 @@ async fn serve(
         );
         say!("Use a token with: wardenctl --token-file <file> …, or WARDEN_TOKEN=$(cat <file>).");
     }
+    // The folder's invariants are proved before the port opens, so that no
+    // client waits on a connection meanwhile; start finds the proof done.
+    warden_monitor::server::prove_before_listening(&settings.policies, &settings.proofs).await;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -245,6 +248,7 @@ async fn serve(
             session_rate: settings.session_rate,
             max_pending_per_session: settings.max_pending_per_session,
             max_pending_per_harness: settings.max_pending_per_harness,
+            proofs: settings.proofs.clone(),
         },
     };
     let signal = stop_signal();

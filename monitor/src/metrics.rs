@@ -106,7 +106,11 @@ impl Metrics {
             approval_wait_seconds.clone(),
         );
         let reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register("policy_reloads", "Policy reloads, by result (loaded, unchanged, failed)", reloads.clone());
+        registry.register(
+            "policy_reloads",
+            "Policy reloads, by result (loaded, unchanged, failed, invariant-broken)",
+            reloads.clone(),
+        );
         let rate_limited = Counter::default();
         registry.register("rate_limited", "Requests refused by a rate limit", rate_limited.clone());
         let grpc = Family::<GrpcLabels, Counter>::default();

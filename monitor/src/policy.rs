@@ -44,7 +44,7 @@ pub struct SourceDiagnostic {
 }
 
 impl SourceDiagnostic {
-    fn whole_file(file: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn whole_file(file: &str, message: impl Into<String>) -> Self {
         Self { file: file.to_owned(), line: 0, column: 0, message: message.into(), help: None, source_line: None }
     }
 
@@ -130,13 +130,61 @@ fn render_list(diagnostics: &[SourceDiagnostic]) -> String {
 }
 
 impl LoadError {
-    fn one(diagnostic: SourceDiagnostic) -> Self {
+    pub(crate) fn one(diagnostic: SourceDiagnostic) -> Self {
         Self { diagnostics: vec![diagnostic] }
     }
 }
 
 /// The value of `@approval` that asks for a passkey (the only one).
 pub(crate) const PASSKEY: &str = "passkey";
+
+/// The folder of invariants inside the policy folder.
+pub(crate) const INVARIANTS_DIR: &str = "invariants";
+
+/// A statement every policy set of the folder must keep, from
+/// `invariants/*.cedar`: a forbid whose scope and conditions pick the
+/// requests it speaks of, with `@invariant("…")` saying what must hold for
+/// them (proved by `analysis::invariants` on `policy check` and on every
+/// load).
+#[derive(Debug, Clone)]
+pub struct Invariant {
+    /// `@id`.
+    pub id: String,
+    /// `@invariant`.
+    pub kind: InvariantKind,
+    /// `@reason`: the promise in words.
+    pub reason: Option<String>,
+    /// The file it is in (`invariants/x.cedar`).
+    pub file: String,
+    /// The statement itself.
+    pub(crate) policy: cedar_policy::Policy,
+}
+
+/// What an invariant says of the requests it picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InvariantKind {
+    /// `@invariant("needs-a-person")`: never ALLOW without a person (a
+    /// person's approval, or a grant someone made).
+    NeedsAPerson,
+    /// `@invariant("needs-a-passkey")`: never ALLOW without a person, and
+    /// when it waits for one, a forbid marked `@approval("passkey")` is in
+    /// the way.
+    NeedsAPasskey,
+    /// `@invariant("denied")`: DENY, even approved, even under a grant.
+    Denied,
+}
+
+impl InvariantKind {
+    /// The annotation's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvariantKind::NeedsAPerson => "needs-a-person",
+            InvariantKind::NeedsAPasskey => "needs-a-passkey",
+            InvariantKind::Denied => "denied",
+        }
+    }
+}
 
 /// What the monitor reads from a policy's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,6 +241,8 @@ pub struct PolicySnapshot {
     pub(crate) principals: PrincipalCache,
     /// `programs.toml`: how commands are read.
     pub programs: Programs,
+    /// `invariants/*.cedar`: what every set of this folder must keep.
+    pub invariants: Vec<Invariant>,
 }
 
 impl PolicySnapshot {
@@ -231,6 +281,7 @@ impl PolicySnapshot {
             })
             .collect();
         warnings.extend(annotation_warnings);
+        let invariants = parse_invariants(&files.invariants, &schema)?;
         let entities = match &files.entities {
             Some(text) => Entities::from_json_str(text, Some(&schema))
                 .map_err(|e| LoadError::one(SourceDiagnostic::whole_file(ENTITIES_FILE, diagnostic_message(&e))))?,
@@ -262,6 +313,7 @@ impl PolicySnapshot {
             index,
             principals: PrincipalCache::default(),
             programs,
+            invariants,
         })
     }
 
@@ -336,6 +388,8 @@ pub(crate) struct PolicyFiles {
     pub(crate) entities: Option<String>,
     /// `programs.toml`, when present.
     pub(crate) programs: Option<String>,
+    /// `invariants/*.cedar` by name (`invariants/x.cedar`), sorted.
+    pub(crate) invariants: BTreeMap<String, String>,
 }
 
 impl PolicyFiles {
@@ -372,7 +426,23 @@ impl PolicyFiles {
         let entities = if entities_path.is_file() { Some(read(entities_path, ENTITIES_FILE)?) } else { None };
         let programs_path = dir.join(PROGRAMS_FILE);
         let programs = if programs_path.is_file() { Some(read(programs_path, PROGRAMS_FILE)?) } else { None };
-        Ok(Self { schema, policies, entities, programs })
+        let mut invariants = BTreeMap::new();
+        let invariants_dir = dir.join(INVARIANTS_DIR);
+        if invariants_dir.is_dir() {
+            let entries = std::fs::read_dir(&invariants_dir).map_err(|e| {
+                LoadError::one(SourceDiagnostic::whole_file(INVARIANTS_DIR, format!("cannot read it: {e}")))
+            })?;
+            for entry in entries {
+                let entry =
+                    entry.map_err(|e| LoadError::one(SourceDiagnostic::whole_file(INVARIANTS_DIR, e.to_string())))?;
+                let name = format!("{INVARIANTS_DIR}/{}", entry.file_name().to_string_lossy());
+                if name.ends_with(".cedar") && entry.path().is_file() {
+                    let text = read(entry.path(), &name)?;
+                    invariants.insert(name, text);
+                }
+            }
+        }
+        Ok(Self { schema, policies, entities, programs, invariants })
     }
 
     fn names(&self) -> Vec<String> {
@@ -384,6 +454,7 @@ impl PolicyFiles {
         if self.programs.is_some() {
             names.push(PROGRAMS_FILE.to_owned());
         }
+        names.extend(self.invariants.keys().cloned());
         names
     }
 
@@ -406,9 +477,78 @@ impl PolicyFiles {
         if let Some(text) = &self.programs {
             add(PROGRAMS_FILE, text);
         }
+        for (name, text) in &self.invariants {
+            add(name, text);
+        }
         let digest = hex::encode(hasher.finalize());
         format!("sha256:{}", digest.get(..16).unwrap_or(&digest))
     }
+}
+
+/// The invariants of `files`, each a forbid with `@id` and a known
+/// `@invariant`, typed strictly against `schema` like a policy.
+fn parse_invariants(files: &BTreeMap<String, String>, schema: &Schema) -> Result<Vec<Invariant>, LoadError> {
+    if files.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut diagnostics = Vec::new();
+    // Their annotations are not policies' (@invariant): no warnings for them.
+    let (set, meta, sources) = parse_policies(files, &mut diagnostics, &mut Vec::new());
+    let locate = |id: &PolicyId, message: String| {
+        let file = meta.get(id).map_or("", |m| m.file.as_str());
+        let text = sources.get(file).map_or("", String::as_str);
+        let at = text.find(&format!("\"{}\"", id.to_string().replace('"', "\\\""))).unwrap_or(0);
+        let (line, column, source_line) = locate(text, at);
+        SourceDiagnostic { file: file.to_owned(), line, column, message, help: None, source_line: Some(source_line) }
+    };
+    let result = Validator::new(schema.clone()).validate(&set, ValidationMode::Strict);
+    for error in result.validation_errors() {
+        let file = meta.get(error.policy_id()).map_or("", |m| m.file.as_str());
+        diagnostics.push(SourceDiagnostic::from_miette(file, sources.get(file).map_or("", String::as_str), error));
+    }
+    let mut out = Vec::new();
+    for policy in set.policies() {
+        let Some(m) = meta.get(policy.id()) else { continue };
+        let kind = match policy.annotation("invariant").map(str::trim) {
+            Some("needs-a-person") => InvariantKind::NeedsAPerson,
+            Some("needs-a-passkey") => InvariantKind::NeedsAPasskey,
+            Some("denied") => InvariantKind::Denied,
+            other => {
+                let said = other.map_or_else(|| "none".to_owned(), |o| format!("@invariant(\"{o}\")"));
+                diagnostics.push(locate(
+                    policy.id(),
+                    format!(
+                        "invariant `{}` says {said}: give @invariant(\"needs-a-person\"), \
+                         @invariant(\"needs-a-passkey\") or @invariant(\"denied\")",
+                        m.id
+                    ),
+                ));
+                continue;
+            }
+        };
+        if policy.effect() != Effect::Forbid {
+            diagnostics.push(locate(
+                policy.id(),
+                format!(
+                    "invariant `{}` is a permit: write it as a forbid whose scope and conditions pick the requests it speaks of",
+                    m.id
+                ),
+            ));
+            continue;
+        }
+        out.push(Invariant {
+            id: m.id.clone(),
+            kind,
+            reason: m.reason.clone(),
+            file: m.file.clone(),
+            policy: policy.clone(),
+        });
+    }
+    if !diagnostics.is_empty() {
+        return Err(LoadError { diagnostics });
+    }
+    out.sort_by(|a, b| (&a.file, &a.id).cmp(&(&b.file, &b.id)));
+    Ok(out)
 }
 
 fn parse_schema(text: &str) -> Result<Schema, LoadError> {
@@ -636,6 +776,7 @@ mod tests {
             policies: policies.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),
             entities: None,
             programs: None,
+            invariants: BTreeMap::new(),
         }
     }
 

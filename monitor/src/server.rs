@@ -224,6 +224,16 @@ pub async fn start(config: ServerConfig, listener: TcpListener) -> Result<Runnin
     Ok(RunningServer { stop: Some(stop), ..running })
 }
 
+/// Proves the invariants of the policy folder `dir` ahead of [`start`],
+/// which then finds the proof done (it is remembered per folder version in
+/// the process). A folder that does not load or keep its invariants is
+/// left for `start` to report.
+pub async fn prove_before_listening(dir: &std::path::Path, proofs: &crate::config::ProofConfig) {
+    if let Ok(snapshot) = PolicySnapshot::load(dir) {
+        let _ = crate::service::check_invariants(snapshot, dir, proofs).await;
+    }
+}
+
 /// Like [`start`], stopping when `signal` resolves.
 pub async fn start_with_signal(
     config: ServerConfig,
@@ -235,6 +245,10 @@ pub async fn start_with_signal(
     for warning in &snapshot.warnings {
         tracing::warn!(%warning, "policy warning");
     }
+    // A folder whose policies break its own invariants does not serve.
+    let (snapshot, unproved) = crate::service::check_invariants(snapshot, &config.policies, &config.monitor.proofs)
+        .await
+        .map_err(|error| ServerError::Policies { dir: config.policies.clone(), error })?;
     let credentials = Arc::new(Credentials::new(&config.credentials)?);
     let store_dir = config.data.join(STORE_DIR);
     let opened = match &config.store {
@@ -263,6 +277,7 @@ pub async fn start_with_signal(
     let monitor = Monitor::open(snapshot, store, monitor_config, shutdown)
         .await
         .map_err(|error| ServerError::Store { dir: store_dir.clone(), error })?;
+    monitor.add_policy_warnings(unproved);
     let key_path = config.data.join(crate::config::CHECKPOINT_KEY_FILE);
     let key = crate::checkpoint::CheckpointKey::load_or_create(&key_path).map_err(ServerError::Task)?;
     let passkeys = match monitor.store() {

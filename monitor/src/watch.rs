@@ -35,7 +35,8 @@ pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Res
             }
         }
     })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    // Recursive: `invariants/` is part of the set.
+    watcher.watch(&dir, RecursiveMode::Recursive)?;
     let mut shutdown = monitor.shutdown();
     Ok(tokio::spawn(async move {
         // The watcher lives as long as this task.

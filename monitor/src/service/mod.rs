@@ -29,6 +29,7 @@ mod audit;
 mod authorize;
 mod grants;
 mod policies;
+pub(crate) use policies::check_invariants;
 mod sessions;
 #[cfg(test)]
 mod tests;
@@ -159,6 +160,8 @@ pub struct MonitorConfig {
     /// Most approvals one harness credential may have waiting at once (so
     /// that one harness, over many sessions, cannot flood the approvers).
     pub max_pending_per_harness: usize,
+    /// How the policy folder's invariants are proved on each load.
+    pub proofs: crate::config::ProofConfig,
 }
 
 impl Default for MonitorConfig {
@@ -171,6 +174,7 @@ impl Default for MonitorConfig {
             session_rate: None,
             max_pending_per_session: 20,
             max_pending_per_harness: 100,
+            proofs: crate::config::ProofConfig::default(),
         }
     }
 }

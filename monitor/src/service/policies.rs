@@ -31,6 +31,12 @@ impl Monitor {
             .collect())
     }
 
+    /// Adds warnings to the serving set's status (invariants the start
+    /// could not prove).
+    pub(crate) fn add_policy_warnings(&self, warnings: Vec<String>) {
+        write(&self.status).warnings.extend(warnings);
+    }
+
     /// How the policies stand.
     pub(crate) fn policy_status(&self) -> PolicyStatusView {
         read(&self.status).clone()
@@ -95,6 +101,23 @@ impl Monitor {
                 .map_err(|e| CallError::Store(StoreError::BatchFailed(format!("the policy loader failed: {e}"))))?,
             Err(error) => Err(error),
         };
+        // A set that breaks an invariant of its folder is refused like one
+        // that does not parse: the last good set keeps serving.
+        let mut unproved = vec![];
+        let mut broke_invariant = false;
+        let loaded = match loaded {
+            Ok(snapshot) => match check_invariants(snapshot, &self.config.policy_dir, &self.config.proofs).await {
+                Ok((snapshot, warnings)) => {
+                    unproved = warnings;
+                    Ok(snapshot)
+                }
+                Err(error) => {
+                    broke_invariant = true;
+                    Err(error)
+                }
+            },
+            Err(error) => Err(error),
+        };
         let now = unix_ns(self.now());
         let previous = self.snapshot();
         match loaded {
@@ -102,6 +125,7 @@ impl Monitor {
                 let grants: Vec<Grant> = read(&self.grants).all().cloned().collect();
                 let (book, problems) = GrantBook::load(grants, &snapshot);
                 let mut status = status_of(&snapshot, now, &problems);
+                status.warnings.extend(unproved);
                 let changed = snapshot.version != previous.version;
                 if changed {
                     let entry = AuditEntry {
@@ -151,11 +175,118 @@ impl Monitor {
                     status.clone()
                 };
                 tracing::warn!(error = %message, policy_version = %previous.version, "policy reload failed; the last good policies keep serving");
-                self.metrics.reloaded("failed");
+                self.metrics.reloaded(if broke_invariant { "invariant-broken" } else { "failed" });
                 Ok((false, status))
             }
         }
     }
+}
+
+/// Proves `snapshot`'s invariants (`analysis::prove_invariants`) before it
+/// may serve: `Err` names each one broken or not proved; `Ok` carries a
+/// warning when there are invariants and no solver to prove them, unless
+/// proofs are required, which makes that an `Err` too.
+///
+/// A set proved once is not proved again in this process (the version is a
+/// hash of every file the proof reads): monitors started in one process,
+/// as tests start them, wait for one proof.
+///
+/// The proof runs on a thread of its own with a large stack (the symbolic
+/// compiler recurses over the policies' expressions) and its own runtime;
+/// the snapshot goes there and comes back.
+pub(crate) async fn check_invariants(
+    snapshot: PolicySnapshot,
+    dir: &std::path::Path,
+    proofs: &crate::config::ProofConfig,
+) -> Result<(PolicySnapshot, Vec<String>), LoadError> {
+    type Proved = Arc<tokio::sync::OnceCell<Vec<String>>>;
+    static PROVED: std::sync::Mutex<Option<HashMap<(String, bool), Proved>>> = std::sync::Mutex::new(None);
+    if snapshot.invariants.is_empty() {
+        return Ok((snapshot, vec![]));
+    }
+    let cell = {
+        let mut proved = PROVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (snapshot.version.clone(), proofs.required);
+        Arc::clone(proved.get_or_insert_with(HashMap::new).entry(key).or_default())
+    };
+    let mut snapshot = Some(snapshot);
+    let warnings = cell
+        .get_or_try_init(|| async {
+            let moved = snapshot.take().ok_or_else(|| LoadError::one(proof_failed("no snapshot")))?;
+            let (back, result) = prove_on_a_thread(moved, dir.to_owned(), proofs.clone()).await?;
+            snapshot = Some(back);
+            result
+        })
+        .await?
+        .clone();
+    let snapshot = snapshot.ok_or_else(|| LoadError::one(proof_failed("the snapshot was not given back")))?;
+    Ok((snapshot, warnings))
+}
+
+fn proof_failed(why: &str) -> crate::policy::SourceDiagnostic {
+    crate::policy::SourceDiagnostic::whole_file(crate::policy::INVARIANTS_DIR, format!("the proof failed: {why}"))
+}
+
+/// The stack of the proving thread.
+const PROOF_STACK: usize = 256 << 20;
+
+type Proved = (PolicySnapshot, Result<Vec<String>, LoadError>);
+
+async fn prove_on_a_thread(
+    snapshot: PolicySnapshot,
+    dir: std::path::PathBuf,
+    proofs: crate::config::ProofConfig,
+) -> Result<Proved, LoadError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("warden-proofs".into())
+        .stack_size(PROOF_STACK)
+        .spawn(move || {
+            let result = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(prove_folder(&snapshot, &dir, &proofs)),
+                Err(e) => Err(LoadError::one(proof_failed(&e.to_string()))),
+            };
+            let _ = tx.send((snapshot, result));
+        })
+        .map_err(|e| LoadError::one(proof_failed(&e.to_string())))?;
+    rx.await.map_err(|_| LoadError::one(proof_failed("the proving thread ended without an answer")))
+}
+
+async fn prove_folder(
+    snapshot: &PolicySnapshot,
+    dir: &std::path::Path,
+    proofs: &crate::config::ProofConfig,
+) -> Result<Vec<String>, LoadError> {
+    use crate::analysis::{Solver, prove_invariants};
+    use crate::policy::{INVARIANTS_DIR, SourceDiagnostic};
+    let mut solver = match Solver::new(proofs.timeout) {
+        Ok(solver) => solver,
+        Err(why) if proofs.required => {
+            return Err(LoadError::one(SourceDiagnostic::whole_file(
+                INVARIANTS_DIR,
+                format!("the invariants cannot be proved and [policy] require_proofs is set: {why}"),
+            )));
+        }
+        Err(why) => {
+            let warning = format!("{} invariants NOT PROVED: {why}", snapshot.invariants.len());
+            tracing::warn!(%warning, "policy invariants");
+            return Ok(vec![warning]);
+        }
+    };
+    let started = std::time::Instant::now();
+    let proved = prove_invariants(snapshot, &dir.display().to_string(), &mut solver).await;
+    let failed: Vec<SourceDiagnostic> =
+        proved.iter().filter(|p| !p.holds()).map(|p| SourceDiagnostic::whole_file(&p.file, p.summary())).collect();
+    if !failed.is_empty() {
+        return Err(LoadError { diagnostics: failed });
+    }
+    tracing::info!(
+        invariants = proved.len(),
+        millis = started.elapsed().as_millis() as u64,
+        policy_version = %snapshot.version,
+        "policy invariants proved"
+    );
+    Ok(vec![])
 }
 
 /// What a read of the policy folder holds, to compare with the set serving

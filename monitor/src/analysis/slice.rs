@@ -1,0 +1,205 @@
+//! Which policies a comparison needs. Two sets that share most policies
+//! differ only on requests some changed policy matches; a shared policy
+//! whose scope cannot match any request a changed policy's scope matches
+//! never takes part there, so it is left out of both sides. What "cannot"
+//! means is what [`facts`](super::facts) tells the solver of every real
+//! request (a session in one user and that user's groups, a file in the
+//! folders above it, a command in one program, a URL in its host's
+//! domains, a tool in one server and its groups), read from the scopes
+//! alone: conditions never make two policies disjoint here. Pure.
+
+use std::collections::BTreeSet;
+
+use cedar_policy::{EntityUid, Policy, PrincipalConstraint, ResourceConstraint};
+
+use super::facts::Hierarchy;
+
+/// The entity a scope constraint names, and whether it is `==` (else `in`).
+fn scope_entity(principal: bool, policy: &Policy) -> Option<(EntityUid, bool)> {
+    if principal {
+        match policy.principal_constraint() {
+            PrincipalConstraint::Eq(uid) => Some((uid, true)),
+            PrincipalConstraint::In(uid) | PrincipalConstraint::IsIn(_, uid) => Some((uid, false)),
+            PrincipalConstraint::Any | PrincipalConstraint::Is(_) => None,
+        }
+    } else {
+        match policy.resource_constraint() {
+            ResourceConstraint::Eq(uid) => Some((uid, true)),
+            ResourceConstraint::In(uid) | ResourceConstraint::IsIn(_, uid) => Some((uid, false)),
+            ResourceConstraint::Any | ResourceConstraint::Is(_) => None,
+        }
+    }
+}
+
+fn parts(uid: &EntityUid) -> (String, String) {
+    (uid.type_name().to_string(), uid.id().unescaped().to_owned())
+}
+
+/// `path` is `dir` or below it.
+fn under(path: &str, dir: &str) -> bool {
+    dir == "/" || path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// `host` is `domain` or below it.
+fn in_domain(host: &str, domain: &str) -> bool {
+    host == domain || host.strip_suffix(domain).is_some_and(|rest| rest.ends_with('.'))
+}
+
+impl Hierarchy {
+    /// Whether no request's principal can be in (or be) both.
+    fn principals_disjoint(&self, a: &(EntityUid, bool), b: &(EntityUid, bool)) -> bool {
+        let ((ta, ia), (tb, ib)) = (parts(&a.0), parts(&b.0));
+        let groups_of = |user: &str| self.ancestors("User", user);
+        match (ta.as_str(), tb.as_str()) {
+            ("Session", "Session") if a.1 && b.1 => ia != ib,
+            ("User", "User") => self.users_pinned && ia != ib,
+            ("Agent", "Agent") => self.agents_pinned && ia != ib,
+            ("User", "Group") | ("Group", "User") if self.users_pinned => {
+                let (user, group) = if ta == "User" { (&ia, &ib) } else { (&ib, &ia) };
+                !groups_of(user).contains(&("Group".to_owned(), group.clone()))
+            }
+            ("Group", "Group") if self.users_pinned => !self.users().any(|user| {
+                let groups = groups_of(&user);
+                groups.contains(&("Group".to_owned(), ia.clone())) && groups.contains(&("Group".to_owned(), ib.clone()))
+            }),
+            _ => false,
+        }
+    }
+
+    /// Whether no request's resource can be in (or be) both.
+    fn resources_disjoint(&self, a: &(EntityUid, bool), b: &(EntityUid, bool)) -> bool {
+        let ((ta, ia), (tb, ib)) = (parts(&a.0), parts(&b.0));
+        let path_types = ["Dir", "File"];
+        if path_types.contains(&ta.as_str()) && path_types.contains(&tb.as_str()) {
+            if !self.dirs_pinned {
+                return false;
+            }
+            // A File scope is the file itself (== ) or, with `in`, nothing
+            // but itself; a Dir scope is every path below it.
+            let a_file = ta == "File";
+            let b_file = tb == "File";
+            return match (a_file, b_file) {
+                (true, true) => ia != ib,
+                (true, false) => !under(&ia, &ib),
+                (false, true) => !under(&ib, &ia),
+                (false, false) => !under(&ia, &ib) && !under(&ib, &ia),
+            };
+        }
+        match (ta.as_str(), tb.as_str()) {
+            ("Program", "Program") => self.programs_pinned && ia != ib,
+            ("Domain", "Domain") => self.domains_pinned && !in_domain(&ia, &ib) && !in_domain(&ib, &ia),
+            ("McpServer", "McpServer") => ia != ib,
+            ("McpServer", "ToolGroup") | ("ToolGroup", "McpServer") if self.tool_groups_pinned => {
+                let (server, group) = if ta == "McpServer" { (&ia, &ib) } else { (&ib, &ia) };
+                !self.ancestors("McpServer", server).contains(&("ToolGroup".to_owned(), group.clone()))
+            }
+            ("ToolGroup", "ToolGroup") if self.tool_groups_pinned => !self.servers().any(|server| {
+                let groups = self.ancestors("McpServer", &server);
+                groups.contains(&("ToolGroup".to_owned(), ia.clone()))
+                    && groups.contains(&("ToolGroup".to_owned(), ib.clone()))
+            }),
+            ("Tool", "Tool") if a.1 && b.1 => ia != ib,
+            _ => false,
+        }
+    }
+
+    /// Whether no request can match both policies' scopes.
+    pub(crate) fn disjoint(&self, a: &Policy, b: &Policy) -> bool {
+        let pair = |principal: bool| (scope_entity(principal, a), scope_entity(principal, b));
+        let principals = match pair(true) {
+            (Some(x), Some(y)) => self.principals_disjoint(&x, &y),
+            _ => false,
+        };
+        principals
+            || match pair(false) {
+                (Some(x), Some(y)) => self.resources_disjoint(&x, &y),
+                _ => false,
+            }
+    }
+}
+
+/// The shared policies that can take part where a changed one does, by
+/// their position in `shared`.
+pub(crate) fn relevant(shared: &[&Policy], changed: &[&Policy], hierarchy: &Hierarchy) -> BTreeSet<usize> {
+    shared
+        .iter()
+        .enumerate()
+        .filter(|(_, policy)| changed.iter().any(|c| !hierarchy.disjoint(policy, c)))
+        .map(|(at, _)| at)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::facts::facts;
+    use cedar_policy::{Entities, PolicyId, Schema};
+
+    /// The hierarchy as the facts for these entities and policies pin it.
+    fn hierarchy(entities: &Entities, policies: &[&Policy]) -> Hierarchy {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/schema.cedarschema")).unwrap();
+        let schema = Schema::from_cedarschema_str(&text).unwrap().0;
+        let named = crate::analysis::facts::Referenced::of(policies.iter().copied());
+        Hierarchy::new(entities, &facts(&schema, entities, &named).kept)
+    }
+
+    fn policy(text: &str) -> Policy {
+        Policy::parse(Some(PolicyId::new("p")), text).unwrap()
+    }
+
+    fn entities() -> Entities {
+        Entities::from_json_str(
+            r#"[
+              {"uid": {"type": "Group", "id": "ops"}, "attrs": {}, "parents": []},
+              {"uid": {"type": "Group", "id": "dev"}, "attrs": {}, "parents": []},
+              {"uid": {"type": "User", "id": "alice"}, "attrs": {}, "parents": [{"type": "Group", "id": "ops"}]},
+              {"uid": {"type": "User", "id": "bob"}, "attrs": {}, "parents": [{"type": "Group", "id": "dev"}]}
+            ]"#,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn scopes_that_no_request_matches_together_are_disjoint() {
+        let etc = policy(r#"permit (principal, action, resource in Dir::"/etc");"#);
+        let srv = policy(r#"permit (principal, action, resource in Dir::"/srv");"#);
+        let srv_keys = policy(r#"forbid (principal, action, resource in Dir::"/srv/keys");"#);
+        let srvx = policy(r#"forbid (principal, action, resource in Dir::"/srvx");"#);
+        let any = policy("permit (principal, action, resource);");
+        let ops = policy(r#"permit (principal in Group::"ops", action, resource);"#);
+        let dev = policy(r#"permit (principal in Group::"dev", action, resource);"#);
+        let alice = policy(r#"permit (principal in User::"alice", action, resource);"#);
+        let git = policy(r#"permit (principal, action, resource in Program::"git");"#);
+        let npm = policy(r#"permit (principal, action, resource in Program::"npm");"#);
+        let api = policy(r#"permit (principal, action, resource in Domain::"api.example.com");"#);
+        let example = policy(r#"permit (principal, action, resource in Domain::"example.com");"#);
+        let other = policy(r#"permit (principal, action, resource in Domain::"other.com");"#);
+        let all = [&etc, &srv, &srv_keys, &srvx, &any, &ops, &dev, &alice, &git, &npm, &api, &example, &other];
+        let h = hierarchy(&entities(), &all);
+        assert!(h.disjoint(&etc, &srv));
+        assert!(!h.disjoint(&srv, &srv_keys));
+        assert!(h.disjoint(&srv, &srvx), "/srvx is not under /srv");
+        assert!(!h.disjoint(&any, &etc));
+        assert!(h.disjoint(&ops, &dev), "no user is in both");
+        assert!(!h.disjoint(&ops, &alice));
+        assert!(h.disjoint(&dev, &alice));
+        assert!(h.disjoint(&git, &npm));
+        assert!(!h.disjoint(&api, &example));
+        assert!(h.disjoint(&api, &other));
+    }
+
+    #[test]
+    fn declared_folder_parents_keep_every_folder_policy() {
+        let entities = Entities::from_json_str(
+            r#"[{"uid": {"type": "Dir", "id": "/srv"}, "attrs": {}, "parents": [{"type": "Dir", "id": "/etc"}]}]"#,
+            None,
+        )
+        .unwrap();
+        let etc = policy(r#"permit (principal, action, resource in Dir::"/etc");"#);
+        let srv = policy(r#"permit (principal, action, resource in Dir::"/srv");"#);
+        let h = hierarchy(&entities, &[&etc, &srv]);
+        assert!(!h.disjoint(&etc, &srv));
+    }
+}
