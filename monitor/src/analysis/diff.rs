@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::example::{Decided, Example, outcomes};
 use super::facts::{Hierarchy, Referenced, facts};
-use super::slice::relevant;
+use super::slice::{can_apply, relevant};
 use super::solver::{Answer, Solver};
 use super::variants::{Question, question_set};
 use crate::decision::Outcome;
@@ -235,30 +235,7 @@ pub async fn diff(old: &Folder<'_>, new: &Folder<'_>, solver: &mut Solver) -> Di
     let shared: Vec<&Policy> = new_set.policies().filter(|p| old_bodies.contains(&body(p))).collect();
     let all_facts = facts(schema, &new.snapshot.entities, &named(&[old_set, new_set]));
     let hierarchy = Hierarchy::new(&new.snapshot.entities, &all_facts.kept);
-    let kept: BTreeSet<String> =
-        relevant(&shared, &changed, &hierarchy).into_iter().filter_map(|at| shared.get(at).map(|p| body(p))).collect();
-    let slice = |set: &PolicySet| -> PolicySet {
-        let mut out = PolicySet::new();
-        for policy in set.policies() {
-            let b = body(policy);
-            if (!old_bodies.contains(&b) || !new_bodies.contains(&b) || kept.contains(&b))
-                && out.add(policy.clone()).is_err()
-            {
-                // Ids are unique in a loaded set.
-            }
-        }
-        out
-    };
-    let (old_slice, new_slice) = (slice(old_set), slice(new_set));
-    let facts = facts(schema, &new.snapshot.entities, &named(&[&old_slice, &new_slice])).set;
-    let mut questions = Vec::new();
-    let mut broken = None;
-    for question in Question::ALL {
-        match (question_set(&old_slice, question, &facts), question_set(&new_slice, question, &facts)) {
-            (Ok(o), Ok(n)) => questions.push((question, o, n)),
-            (Err(e), _) | (_, Err(e)) => broken = Some(e),
-        }
-    }
+    let sides = Sides { old_bodies, new_bodies, changed, shared, hierarchy };
 
     let old_envs: BTreeSet<_> = old.snapshot.schema.request_envs().map(|e| env_key(&e)).collect();
     let mut envs = Vec::new();
@@ -276,10 +253,14 @@ pub async fn diff(old: &Folder<'_>, new: &Folder<'_>, solver: &mut Solver) -> Di
         };
         if !old_envs.contains(&env_key(&env)) {
             out.verdict = Verdict::OnlyNew;
-        } else if let Some(why) = &broken {
-            out.unknown.push(why.clone());
         } else {
-            compare_env(old, new, &env, &questions, &changed, solver, &mut out).await;
+            match sides.questions(old, new, &env) {
+                Ok(None) => {}
+                Ok(Some((questions, changed))) => {
+                    compare_env(old, new, &env, &questions, &changed, solver, &mut out).await
+                }
+                Err(why) => out.unknown.push(why),
+            }
             out.verdict = verdict(&out);
         }
         out.millis = at.elapsed().as_millis();
@@ -306,6 +287,62 @@ pub async fn diff(old: &Folder<'_>, new: &Folder<'_>, solver: &mut Solver) -> Di
         envs,
         entity_changes: super::entity_changes(&old.snapshot.entities, &new.snapshot.entities),
         millis: started.elapsed().as_millis(),
+    }
+}
+
+/// What both sides share and what changed, for slicing each environment.
+struct Sides<'a> {
+    old_bodies: BTreeSet<String>,
+    new_bodies: BTreeSet<String>,
+    changed: Vec<&'a Policy>,
+    shared: Vec<&'a Policy>,
+    hierarchy: Hierarchy,
+}
+
+type Questions = Vec<(Question, PolicySet, PolicySet)>;
+
+impl<'a> Sides<'a> {
+    /// The question sets of `env`, each side cut down to the changed
+    /// policies that apply there and the shared ones that can take part
+    /// where those do, with the facts for what they name; `None` when no
+    /// changed policy applies (the same policies decide there: equivalent).
+    fn questions(
+        &self,
+        old: &Folder<'_>,
+        new: &Folder<'_>,
+        env: &RequestEnv,
+    ) -> Result<Option<(Questions, Vec<&'a Policy>)>, String> {
+        let schema = &new.snapshot.schema;
+        let changed: Vec<&Policy> = self.changed.iter().filter(|p| can_apply(p, env, schema)).copied().collect();
+        if changed.is_empty() {
+            return Ok(None);
+        }
+        let shared: Vec<&Policy> = self.shared.iter().filter(|p| can_apply(p, env, schema)).copied().collect();
+        let kept: BTreeSet<String> = relevant(&shared, &changed, &self.hierarchy)
+            .into_iter()
+            .filter_map(|at| shared.get(at).map(|p| body(p)))
+            .collect();
+        let slice = |set: &PolicySet| -> Result<PolicySet, String> {
+            let mut out = PolicySet::new();
+            for policy in set.policies().filter(|p| can_apply(p, env, schema)) {
+                let b = body(policy);
+                if !self.old_bodies.contains(&b) || !self.new_bodies.contains(&b) || kept.contains(&b) {
+                    out.add(policy.clone()).map_err(|e| e.to_string())?;
+                }
+            }
+            Ok(out)
+        };
+        let (old_slice, new_slice) = (slice(&old.snapshot.policies)?, slice(&new.snapshot.policies)?);
+        let facts = facts(schema, &new.snapshot.entities, &named(&[&old_slice, &new_slice])).set;
+        let mut questions = Vec::new();
+        for question in Question::ALL {
+            questions.push((
+                question,
+                question_set(&old_slice, question, &facts)?,
+                question_set(&new_slice, question, &facts)?,
+            ));
+        }
+        Ok(Some((questions, changed)))
     }
 }
 

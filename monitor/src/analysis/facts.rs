@@ -175,7 +175,7 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
     for user in &users {
         let Some(entry) = file.get(&("User".to_owned(), user.clone())) else { continue };
         let me = entity("User", user);
-        let mut holds = vec![format!("principal.user == {}", quote(user))];
+        let mut holds = vec![];
         for group in &groups {
             let member = entry.ancestors.contains(&("Group".to_owned(), group.clone()));
             let not = if member { "" } else { "!" };
@@ -189,11 +189,17 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
                 holds.push(format!("(principal.owner has {field} && principal.owner[{field}] == {v})"));
             }
         }
-        facts.push((
-            Fact::Users,
-            format!("{rule} when {{ principal.owner == {me} }} unless {{ {} }};", holds.join(" && ")),
-        ));
-        facts.push((Fact::Users, format!("{rule} when {{ principal in {me} }} unless {{ principal.owner == {me} }};")));
+        if !holds.is_empty() {
+            let holds = holds.join(" && ");
+            facts.push((Fact::Users, format!("{rule} when {{ principal.owner == {me} }} unless {{ {holds} }};")));
+        }
+        // A session is in no user but its owner (said for the users policies name).
+        if named.contains(&("User".to_owned(), user.clone())) {
+            facts.push((
+                Fact::Users,
+                format!("{rule} when {{ principal in {me} }} unless {{ principal.owner == {me} }};"),
+            ));
+        }
     }
     for agent in of("Agent") {
         let me = entity("Agent", &agent);

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use cedar_policy::{EntityUid, Policy, PrincipalConstraint, ResourceConstraint};
+use cedar_policy::{
+    ActionConstraint, EntityTypeName, EntityUid, Policy, PrincipalConstraint, RequestEnv, ResourceConstraint, Schema,
+};
 
 use super::facts::Hierarchy;
 
@@ -116,6 +118,40 @@ impl Hierarchy {
                 _ => false,
             }
     }
+}
+
+/// Whether `policy` can match a request of `env`: its action scope names
+/// the action (or an action group), and the entity types its principal and
+/// resource scopes name can be, or be above, the environment's types.
+pub(crate) fn can_apply(policy: &Policy, env: &RequestEnv, schema: &Schema) -> bool {
+    let groups: Vec<&EntityUid> = schema.action_groups().collect();
+    let action = |uid: &EntityUid| uid == env.action() || groups.contains(&uid);
+    let action_ok = match policy.action_constraint() {
+        ActionConstraint::Any => true,
+        ActionConstraint::Eq(uid) => action(&uid),
+        ActionConstraint::In(uids) => uids.iter().any(action),
+    };
+    // `in E`: E's type is the request's type or one that can be above it.
+    let above = |kind: &EntityTypeName, of: &EntityTypeName| {
+        kind == of || schema.ancestors(of).is_some_and(|mut a| a.any(|t| t == kind))
+    };
+    let principal = env.principal();
+    let principal_ok = match policy.principal_constraint() {
+        PrincipalConstraint::Any => true,
+        PrincipalConstraint::Eq(uid) => uid.type_name() == principal,
+        PrincipalConstraint::In(uid) => above(uid.type_name(), principal),
+        PrincipalConstraint::Is(kind) => &kind == principal,
+        PrincipalConstraint::IsIn(kind, uid) => &kind == principal && above(uid.type_name(), principal),
+    };
+    let resource = env.resource();
+    let resource_ok = match policy.resource_constraint() {
+        ResourceConstraint::Any => true,
+        ResourceConstraint::Eq(uid) => uid.type_name() == resource,
+        ResourceConstraint::In(uid) => above(uid.type_name(), resource),
+        ResourceConstraint::Is(kind) => &kind == resource,
+        ResourceConstraint::IsIn(kind, uid) => &kind == resource && above(uid.type_name(), resource),
+    };
+    action_ok && principal_ok && resource_ok
 }
 
 /// The shared policies that can take part where a changed one does, by

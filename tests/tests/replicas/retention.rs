@@ -51,6 +51,21 @@ fn oldest(cluster: &PgCluster) -> u64 {
     cluster.psql("SELECT min(seq) FROM warden_audit").unwrap().trim().parse().unwrap()
 }
 
+/// The ranges in the archive folders' finished files, by their names.
+fn archived_ranges(archives: &[tempfile::TempDir]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for archive in archives {
+        for entry in std::fs::read_dir(archive.path()).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let Some(range) = name.strip_prefix("audit-").and_then(|n| n.strip_suffix(".jsonl")) else { continue };
+            let Some((first, last)) = range.split_once('-') else { continue };
+            out.push((first.parse().unwrap(), last.parse().unwrap()));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The removals the log records, by first record: (first, last, why).
 fn removals(records: &[pb::AuditRecord]) -> Vec<(u64, u64, String)> {
     let mut found: Vec<(u64, u64, String)> = records
@@ -96,24 +111,31 @@ async fn two_replicas_retaining_remove_each_old_record_once_and_both_verify_what
     eventually("the oldest records leave the database", async || (oldest(&cluster) > 300).then_some(())).await;
     // Until retention has nothing more to do (the load is over): the log as
     // read through B, and the ranges it says were removed.
-    let taken = eventually("retention settles", async || {
+    // The archives hold every range removed; the removal records of the
+    // oldest ranges may themselves have left the log since.
+    let (taken, archived) = eventually("retention settles", async || {
         let records = audit(&monitors[1].endpoint).await;
-        let taken = removals(&records);
-        let next = taken.last().map_or(1, |(_, last, _)| last + 1);
+        let archived = archived_ranges(&archives);
+        let next = archived.last().map_or(1, |(_, last)| last + 1);
         let settled = oldest(&cluster) == next && records.first().is_some_and(|r| r.seq == next);
-        settled.then_some(taken)
+        settled.then_some((removals(&records), archived))
     })
     .await;
     // Each record removed once, from record 1 on, without a gap, whichever
     // replica removed it; what is left starts right after.
     let mut next = 1;
-    for (first, last, why) in &taken {
-        assert_eq!(*first, next, "{taken:?}");
+    for (first, last) in &archived {
+        assert_eq!(*first, next, "{archived:?}");
         assert!(last >= first);
-        assert_eq!(why, "over retain_bytes");
         next = last + 1;
     }
     let left = next;
+    // Every removal the log still records is one of them.
+    assert!(!taken.is_empty());
+    for (first, last, why) in &taken {
+        assert!(archived.contains(&(*first, *last)), "{taken:?} {archived:?}");
+        assert_eq!(why, "over retain_bytes");
+    }
     // What remains is about the bound (the size the monitor estimates from
     // the newest thousand rows, so within a record or two of it).
     let size: u64 =
@@ -122,7 +144,7 @@ async fn two_replicas_retaining_remove_each_old_record_once_and_both_verify_what
 
     // Every range is in one archive, whole and linked, named by its records;
     // none is there twice, and no archive of a removal that did not happen.
-    let mut archived = Vec::new();
+    let mut archived_checked = Vec::new();
     for archive in &archives {
         for entry in std::fs::read_dir(archive.path()).unwrap() {
             let path = entry.unwrap().path();
@@ -140,12 +162,11 @@ async fn two_replicas_retaining_remove_each_old_record_once_and_both_verify_what
             for pair in lines.windows(2) {
                 assert_eq!(pair[1]["prev_hash"], pair[0]["hash"], "{name}: the archive's records link");
             }
-            archived.push((first, last));
+            archived_checked.push((first, last));
         }
     }
-    archived.sort_unstable();
-    let ranges: Vec<(u64, u64)> = taken.iter().map(|(first, last, _)| (*first, *last)).collect();
-    assert_eq!(archived, ranges, "each range removed is archived once");
+    archived_checked.sort_unstable();
+    assert_eq!(archived_checked, archived, "each range removed is archived once");
 
     // Both replicas verify the rest: it starts after a removal signed by the
     // shared key and closed by a checkpoint either of them signed.
