@@ -158,6 +158,13 @@ pub struct EnvDiff {
     pub millis: u128,
 }
 
+impl EnvDiff {
+    /// An environment `(principal, action, resource)` with nothing found yet.
+    fn new((principal, action, resource): (String, String, String), verdict: Verdict) -> Self {
+        Self { principal, action, resource, verdict, findings: vec![], unknown: vec![], millis: 0 }
+    }
+}
+
 /// The whole answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffReport {
@@ -241,19 +248,10 @@ pub async fn diff(old: &Folder<'_>, new: &Folder<'_>, solver: &mut Solver) -> Di
     let mut envs = Vec::new();
     for env in schema.request_envs() {
         let at = Instant::now();
-        let (principal, action, resource) = env_key(&env);
-        let mut out = EnvDiff {
-            principal,
-            action,
-            resource,
-            verdict: Verdict::Unknown,
-            findings: vec![],
-            unknown: vec![],
-            millis: 0,
-        };
-        if !old_envs.contains(&env_key(&env)) {
-            out.verdict = Verdict::OnlyNew;
-        } else {
+        let key = env_key(&env);
+        let only_new = !old_envs.contains(&key);
+        let mut out = EnvDiff::new(key, Verdict::OnlyNew);
+        if !only_new {
             match sides.questions(old, new, &env) {
                 Ok(None) => {}
                 Ok(Some((questions, changed))) => {
@@ -267,17 +265,7 @@ pub async fn diff(old: &Folder<'_>, new: &Folder<'_>, solver: &mut Solver) -> Di
         envs.push(out);
     }
     let new_envs: BTreeSet<_> = schema.request_envs().map(|e| env_key(&e)).collect();
-    for (principal, action, resource) in old_envs.difference(&new_envs) {
-        envs.push(EnvDiff {
-            principal: principal.clone(),
-            action: action.clone(),
-            resource: resource.clone(),
-            verdict: Verdict::OnlyOld,
-            findings: vec![],
-            unknown: vec![],
-            millis: 0,
-        });
-    }
+    envs.extend(old_envs.difference(&new_envs).map(|key| EnvDiff::new(key.clone(), Verdict::OnlyOld)));
     envs.sort_by(|a, b| (&a.action, &a.principal, &a.resource).cmp(&(&b.action, &b.principal, &b.resource)));
     DiffReport {
         old: old.name.clone(),
@@ -400,7 +388,7 @@ async fn compare_env(
             match solver.implies(a, b).await {
                 Answer::Proved => {}
                 Answer::Unknown(why) => out.unknown.push(format!("{asked}: {why}")),
-                Answer::Counterexample(found) => record(old, new, &found, under, &asked, out),
+                Answer::Counterexample(found) => record(old, new, &found, under, &asked, false, out),
             }
         }
     }
@@ -417,15 +405,25 @@ async fn compare_env(
             Answer::Proved => {}
             Answer::Unknown(why) => out.unknown.push(format!("{asked}: {why}")),
             Answer::Counterexample(found) => {
-                record(old, new, &found, Under::NoGrant, &asked, out);
-                record(old, new, &found, Under::Grant, &asked, out);
+                record(old, new, &found, Under::NoGrant, &asked, true, out);
+                record(old, new, &found, Under::Grant, &asked, true, out);
             }
         }
     }
 }
 
-/// Decides the counterexample with both sets and keeps it when the outcome changes.
-fn record(old: &Folder<'_>, new: &Folder<'_>, found: &Env, under: Under, asked: &str, out: &mut EnvDiff) {
+/// Decides the counterexample with both sets and keeps it when the outcome
+/// changes. `error_search`: the solver was asked where a policy fails to
+/// evaluate, not for a change, so a request decided alike says nothing.
+fn record(
+    old: &Folder<'_>,
+    new: &Folder<'_>,
+    found: &Env,
+    under: Under,
+    asked: &str,
+    error_search: bool,
+    out: &mut EnvDiff,
+) {
     let (Some(o), Some(n)) = (
         outcomes(old.snapshot, &found.request, &found.entities),
         outcomes(new.snapshot, &found.request, &found.entities),
@@ -439,7 +437,7 @@ fn record(old: &Folder<'_>, new: &Folder<'_>, found: &Env, under: Under, asked: 
         Under::Grant => (old_granted, new_granted),
     };
     if old_d.outcome == new_d.outcome {
-        if asked.contains("fails to evaluate") {
+        if error_search {
             return;
         }
         out.unknown.push(format!(

@@ -19,12 +19,13 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use cedar_policy::{ActionConstraint, EntityUid, Policy, PolicyId, PolicySet, RequestEnv};
+use cedar_policy::{Policy, PolicyId, PolicySet, RequestEnv};
 use cedar_policy_symcc::CompiledPolicySet;
 use serde::Serialize;
 
 use super::example::{Decided, Example, outcomes};
 use super::facts::{Referenced, facts};
+use super::slice::can_apply;
 use super::solver::{Answer, Solver};
 use super::variants::{Question, approved_as, question_set};
 use crate::decision::Outcome;
@@ -195,17 +196,6 @@ fn kinds(kind: InvariantKind) -> &'static [Kind] {
     }
 }
 
-/// Whether the invariant's action scope can pick requests of `env`.
-fn applies(snapshot: &PolicySnapshot, invariant: &Invariant, env: &RequestEnv) -> bool {
-    let groups: Vec<&EntityUid> = snapshot.schema.action_groups().collect();
-    let may = |uid: &EntityUid| uid == env.action() || groups.contains(&uid);
-    match invariant.policy.action_constraint() {
-        ActionConstraint::Any => true,
-        ActionConstraint::Eq(uid) => may(&uid),
-        ActionConstraint::In(uids) => uids.iter().any(may),
-    }
-}
-
 async fn prove(
     snapshot: &PolicySnapshot,
     invariant: &Invariant,
@@ -222,7 +212,7 @@ async fn prove(
     };
     let mut unknown = Vec::new();
     for (at, env) in envs.iter().enumerate() {
-        if !applies(snapshot, invariant, env) {
+        if !can_apply(&invariant.policy, env, schema) {
             continue;
         }
         let outside = match CompiledPolicySet::compile(&outside, env, schema) {
