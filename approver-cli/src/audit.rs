@@ -152,10 +152,18 @@ pub(crate) fn parse_bound(text: &str, flag: &str) -> anyhow::Result<Bound> {
 
 impl Bound {
     /// Whether `seq` at `unix_ns` is past this bound (as an end).
-    fn passed(self, seq: u64, unix_ns: i64) -> bool {
+    pub(crate) fn passed(self, seq: u64, unix_ns: i64) -> bool {
         match self {
             Bound::Seq(last) => seq > last,
             Bound::UnixNs(last) => unix_ns > last,
+        }
+    }
+
+    /// Whether `seq` at `unix_ns` comes before this bound (as a start).
+    pub(crate) fn before(self, seq: u64, unix_ns: i64) -> bool {
+        match self {
+            Bound::Seq(first) => seq < first,
+            Bound::UnixNs(first) => unix_ns < first,
         }
     }
 }

@@ -358,19 +358,63 @@ pub(crate) enum PolicyCommand {
     /// when equivalent, 3 when a change was shown, 4 when a question stayed
     /// open and none was shown.
     Diff {
-        /// The policy folder as it is now
-        old: PathBuf,
-        /// The policy folder as it would be
-        #[arg(default_value = "policies")]
-        new: PathBuf,
+        /// The policy folder as it is now (or --running)
+        #[arg(required_unless_present = "running")]
+        old: Option<PathBuf>,
+        /// The policy folder as it would be [default: policies]
+        new: Option<PathBuf>,
         /// How long the solver may take on one question, e.g. 10s
         #[arg(long, value_name = "DURATION", default_value = "10s")]
         timeout: String,
+        /// OLD is the set the running monitor serves (admin token), and the
+        /// only folder given is NEW
+        #[arg(long)]
+        running: bool,
     },
-    /// The running monitor's policies: version, files, last error, warnings (admin token).
+    /// Decide the recorded decisions of the audit log again under the
+    /// policies of DIR, each with the facts it was decided with (its time,
+    /// the harness, the session's labels, a lock, the cap on waiting
+    /// approvals, the grants of that moment; the users' rights are DIR's
+    /// entities.json), and list those
+    /// whose outcome would change, grouped by the policies responsible,
+    /// with counts and examples. Reads the running monitor's log (admin
+    /// token) or, with --data, a stopped monitor's. Exit code 0 when none
+    /// would change, 3 when some would.
+    Replay {
+        /// The candidate policy folder
+        #[arg(long, value_name = "DIR")]
+        policies: PathBuf,
+        #[command(flatten)]
+        log: LogWindow,
+    },
+    /// The decisions the shadow policy set ([policy] shadow_dir) answered
+    /// otherwise than the live set, as the audit log recorded them, grouped
+    /// by outcomes and policies, with counts and examples. Exit code 0 when
+    /// there were none, 3 when there were.
+    Shadow {
+        #[command(flatten)]
+        log: LogWindow,
+    },
+    /// The running monitor's policies: version, files, last error, warnings,
+    /// the shadow set (admin token).
     Status,
     /// Make the running monitor load its policy folder now (admin token).
     Reload,
+}
+
+/// Which recorded decisions `policy replay` and `policy shadow` read, and
+/// from where.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LogWindow {
+    /// The first decision: a sequence number, or an RFC 3339 time
+    #[arg(long, value_name = "SEQ|TIME", default_value = "1")]
+    pub(crate) since: String,
+    /// The last decision: a sequence number, or an RFC 3339 time
+    #[arg(long, value_name = "SEQ|TIME")]
+    pub(crate) until: Option<String>,
+    /// Read the store of a stopped monitor in this data folder
+    #[arg(long, value_name = "DIR")]
+    pub(crate) data: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,13 +2,37 @@
 //! newly permits or forbids, proved (`warden_monitor::analysis`), printed
 //! for people or as one JSON object.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use warden_monitor::analysis::{DiffReport, Finding, Folder, Reproduced, Solver, Under, Verdict, diff};
 use warden_monitor::policy::PolicySnapshot;
 
 use crate::out::{StdoutError, outln};
+
+/// The running monitor's policy set written into a folder of its own (0700,
+/// under the temporary folder, kept so that the `wardenctl authorize
+/// --explain --policies` lines of the report work): OLD for `--running`.
+pub(crate) async fn running_set(connection: &crate::connection::Connection) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let files =
+        connection.admin().await?.get_policy_files(warden_proto::v1::GetPolicyFilesRequest {}).await?.into_inner();
+    let name = format!("wardenctl-running-{}-{}", files.policy_version.replace(':', "-"), std::process::id());
+    let dir = std::env::temp_dir().join(name);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    let texts: Vec<(String, String)> = files.files.into_iter().map(|f| (f.name, f.text)).collect();
+    warden_monitor::policy::write_files(&dir, &texts).map_err(|e| anyhow::anyhow!("the running monitor's set: {e}"))?;
+    let written = PolicySnapshot::load(&dir).map_err(|e| anyhow::anyhow!("{}:\n{e}", dir.display()))?;
+    anyhow::ensure!(
+        written.version == files.policy_version,
+        "the running monitor's set, written to {}, reads as version {} instead of {}",
+        dir.display(),
+        written.version,
+        files.policy_version
+    );
+    eprintln!("OLD: the running monitor's set {}, written to {}", files.policy_version, dir.display());
+    Ok(dir)
+}
 
 pub(crate) async fn policy_diff(old: &Path, new: &Path, timeout: &str, json: bool) -> anyhow::Result<ExitCode> {
     let limit = warden_monitor::duration::parse_duration(timeout)?;

@@ -13,6 +13,7 @@ mod format;
 mod grants;
 mod out;
 mod policy;
+mod replay;
 mod sessions;
 
 use std::process::ExitCode;
@@ -112,9 +113,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Policy(PolicyCommand::Test { dir }) => policy_test(&dir, cli.json),
         Command::Policy(PolicyCommand::Fmt { dir, check }) => policy_fmt(&dir, check),
-        Command::Policy(PolicyCommand::Diff { old, new, timeout }) => {
+        Command::Policy(PolicyCommand::Diff { old, new, timeout, running }) => {
+            // With --running, the one folder given is NEW.
+            let default = || std::path::PathBuf::from("policies");
+            let (old, new) = match (running, old, new) {
+                (true, Some(_), Some(_)) => bail!("with --running, give only NEW"),
+                (true, given, None) => (diff::running_set(&cli.connection).await?, given.unwrap_or_else(default)),
+                (false, Some(old), new) => (old, new.unwrap_or_else(default)),
+                (_, None, _) => bail!("give OLD, or --running"),
+            };
             diff::policy_diff(&old, &new, &timeout, cli.json).await
         }
+        Command::Policy(PolicyCommand::Replay { policies, log }) => {
+            replay::policy_replay(&cli.connection, &policies, &log, cli.json).await
+        }
+        Command::Policy(PolicyCommand::Shadow { log }) => replay::policy_shadow(&cli.connection, &log, cli.json).await,
         Command::Policy(PolicyCommand::Status) => {
             let status = cli.connection.admin().await?.policy_status(pb::PolicyStatusRequest {}).await?.into_inner();
             print_status(&status, cli.json)?;

@@ -19,7 +19,10 @@ pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) -> Res
                 "replicas": status.replicas.iter().map(|r| serde_json::json!({ "replica": r.replica,
                     "policy_version": r.policy_version, "loaded_at": timestamp_str(r.loaded_at.as_ref()),
                     "seen_at": timestamp_str(r.seen_at.as_ref()), "started_at": timestamp_str(r.started_at.as_ref()),
-                    "error": r.error, "answering": r.answering })).collect::<Vec<_>>() })
+                    "error": r.error, "answering": r.answering })).collect::<Vec<_>>(),
+                "shadow": status.shadow.as_ref().map(|s| serde_json::json!({ "dir": s.dir,
+                    "policy_version": s.policy_version, "loaded_at": timestamp_str(s.loaded_at.as_ref()),
+                    "policies": s.policies, "error": s.error })) })
         )?;
         return Ok(());
     }
@@ -37,6 +40,25 @@ pub(crate) fn print_status(status: &pb::PolicyStatusResponse, json: bool) -> Res
         outln!("  LAST RELOAD FAILED ({}), the version above keeps serving:", timestamp_str(status.error_at.as_ref()))?;
         for line in status.error.lines() {
             outln!("    {line}")?;
+        }
+    }
+    if let Some(shadow) = &status.shadow {
+        if shadow.policy_version.is_empty() {
+            outln!("  shadow {}: NOT LOADED, nothing decides in shadow", shadow.dir)?;
+        } else {
+            outln!(
+                "  shadow {}: version {}  ({} policies, loaded {})",
+                shadow.dir,
+                shadow.policy_version,
+                shadow.policies,
+                timestamp_str(shadow.loaded_at.as_ref())
+            )?;
+        }
+        if !shadow.error.is_empty() {
+            outln!("    LAST SHADOW LOAD FAILED:")?;
+            for line in shadow.error.lines() {
+                outln!("      {line}")?;
+            }
         }
     }
     if !status.replicas.is_empty() {

@@ -124,7 +124,7 @@ pub struct FileConfig {
     /// `[store]`: PostgreSQL instead of the embedded store.
     #[serde(default)]
     pub(crate) store: StoreFile,
-    /// `[policy]`: proofs of the folder's invariants.
+    /// `[policy]`: proofs of the folder's invariants, the shadow folder.
     #[serde(default)]
     pub(crate) policy: PolicyFile,
 }
@@ -138,6 +138,9 @@ pub(crate) struct PolicyFile {
     pub(crate) require_proofs: Option<bool>,
     /// How long the solver may take on one question, e.g. `10s`.
     pub(crate) proof_timeout: Option<String>,
+    /// A second policy folder decided beside the live one on every request,
+    /// without effect on the answers (shadow policies).
+    pub(crate) shadow_dir: Option<PathBuf>,
 }
 
 /// How invariants are proved on each load.
@@ -321,6 +324,8 @@ pub struct Settings {
     pub store: Option<crate::store::postgres::PgOptions>,
     /// `[policy]`: proofs of invariants.
     pub proofs: ProofConfig,
+    /// `[policy] shadow_dir`.
+    pub shadow_dir: Option<PathBuf>,
 }
 
 /// Values given on the command line; `None` leaves the file's or the default.
@@ -385,6 +390,7 @@ impl Settings {
                 required: file.policy.require_proofs.unwrap_or(false),
                 timeout: positive_duration("policy.proof_timeout", file.policy.proof_timeout, Duration::from_secs(10))?,
             },
+            shadow_dir: file.policy.shadow_dir,
         })
     }
 }

@@ -30,6 +30,7 @@ pub mod policytest;
 pub mod programs;
 pub mod ratelimit;
 pub(crate) mod redact;
+pub mod replay;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -249,6 +249,7 @@ async fn serve(
             max_pending_per_session: settings.max_pending_per_session,
             max_pending_per_harness: settings.max_pending_per_harness,
             proofs: settings.proofs.clone(),
+            shadow_dir: settings.shadow_dir.clone(),
         },
     };
     let signal = stop_signal();

@@ -4,9 +4,10 @@
 //!
 //! Counted where it happens: decisions by outcome and action and their
 //! latency (`service::authorize`), approvals resolved by state and how long
-//! they waited (`service::approvals`), policy reloads by result, rate-limited
-//! requests, and every gRPC request by method and status (a tower layer in
-//! `grpc::router`), the audit log's commit times (the store's histogram).
+//! they waited (`service::approvals`), policy reloads by result, the
+//! shadow set's outcomes beside the live ones (`service::shadow`),
+//! rate-limited requests, and every gRPC request by method and status (a
+//! tower layer in `grpc::router`), the audit log's commit times (the store's histogram).
 //! Read at each scrape: approvals pending, the data folder's bytes, the
 //! audit log's segments and bytes, records written but not yet durable.
 
@@ -40,6 +41,12 @@ pub(crate) struct ReloadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ShadowLabels {
+    pub(crate) live: String,
+    pub(crate) shadow: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct GrpcLabels {
     pub(crate) method: String,
     pub(crate) code: String,
@@ -53,6 +60,7 @@ pub struct Metrics {
     pub(crate) resolved: Family<StateLabels, Counter>,
     pub(crate) approval_wait_seconds: Histogram,
     pub(crate) reloads: Family<ReloadLabels, Counter>,
+    pub(crate) shadow: Family<ShadowLabels, Counter>,
     pub(crate) rate_limited: Counter,
     pub(crate) grpc: Family<GrpcLabels, Counter>,
     pending: Gauge,
@@ -111,6 +119,12 @@ impl Metrics {
             "Policy reloads, by result (loaded, unchanged, failed, invariant-broken)",
             reloads.clone(),
         );
+        let shadow = Family::<ShadowLabels, Counter>::default();
+        registry.register(
+            "shadow_decisions",
+            "Decisions the shadow policy set also decided, by the live and the shadow outcome",
+            shadow.clone(),
+        );
         let rate_limited = Counter::default();
         registry.register("rate_limited", "Requests refused by a rate limit", rate_limited.clone());
         let grpc = Family::<GrpcLabels, Counter>::default();
@@ -130,6 +144,7 @@ impl Metrics {
             resolved,
             approval_wait_seconds,
             reloads,
+            shadow,
             rate_limited,
             grpc,
             pending,
@@ -155,6 +170,11 @@ impl Metrics {
     /// One policy reload.
     pub(crate) fn reloaded(&self, result: &str) {
         self.reloads.get_or_create(&ReloadLabels { result: result.into() }).inc();
+    }
+
+    /// One decision the shadow set also decided.
+    pub(crate) fn shadowed(&self, live: &str, shadow: &str) {
+        self.shadow.get_or_create(&ShadowLabels { live: live.into(), shadow: shadow.into() }).inc();
     }
 
     /// The text format, with the gauges read now.

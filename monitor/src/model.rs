@@ -85,6 +85,111 @@ pub(crate) struct AuditEntry {
     pub(crate) approval_id: String,
 }
 
+/// The `request` member of a decision's audit record: the normalized
+/// request, and the facts of that moment beyond it and the policy folder
+/// that the decision was made with, so that `wardenctl policy replay` can
+/// decide it again with them. Each fact is written only when there is one
+/// (a record of an earlier version has none, which reads as none); the
+/// request's own members stay where they always were, those of
+/// [`NormalizedRequest`] (written out here rather than flattened: serde
+/// reads a flattened struct through a buffer, several times slower, and a
+/// replay reads a million of these).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RecordedRequest {
+    /// See [`NormalizedRequest`].
+    pub(crate) actor: Actor,
+    /// See [`NormalizedRequest`].
+    pub(crate) action: String,
+    /// See [`NormalizedRequest`].
+    pub(crate) resource: crate::normalize::Resource,
+    /// See [`NormalizedRequest`].
+    pub(crate) justification: String,
+    /// See [`NormalizedRequest`].
+    pub(crate) context: serde_json::Map<String, serde_json::Value>,
+    /// The labels the session held.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub(crate) session_labels: std::collections::BTreeSet<String>,
+    /// Why the session could not act at all (a lock, a session of another
+    /// agent), when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) blocked: Option<String>,
+    /// Why a PENDING was a DENY: the approvals waiting at once were at
+    /// their cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) capped: Option<String>,
+    /// The shadow set's outcome, when it differed from the live one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) shadow: Option<ShadowOutcome>,
+    /// On an approval's record: the window the approver granted with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) window: Option<crate::grants::Grant>,
+}
+
+impl RecordedRequest {
+    /// A request with no facts beside it.
+    pub(crate) fn of(request: &NormalizedRequest) -> Self {
+        let NormalizedRequest { actor, action, resource, justification, context } = request.clone();
+        Self {
+            actor,
+            action,
+            resource,
+            justification,
+            context,
+            session_labels: Default::default(),
+            blocked: None,
+            capped: None,
+            shadow: None,
+            window: None,
+        }
+    }
+
+    /// The request alone.
+    pub(crate) fn request(&self) -> NormalizedRequest {
+        NormalizedRequest {
+            actor: self.actor.clone(),
+            action: self.action.clone(),
+            resource: self.resource.clone(),
+            justification: self.justification.clone(),
+            context: self.context.clone(),
+        }
+    }
+
+    /// Its JSON, as the audit record keeps it.
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// What the shadow policy set (`[policy] shadow_dir`) would have answered,
+/// recorded beside the live decision when the two differ.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ShadowOutcome {
+    /// `ALLOW`, `DENY` or `PENDING`.
+    pub(crate) outcome: String,
+    /// Its determining policies (and grants).
+    pub(crate) policy_ids: Vec<String>,
+    /// Its reasons.
+    pub(crate) reasons: Vec<String>,
+    /// The shadow set's version.
+    pub(crate) policy_version: String,
+}
+
+/// The `request` member of a grant's audit record (`grant.created`,
+/// `grant.revoked`, `grant.expired`, and an approval that granted a
+/// window): the grant whole, so that a replay knows the grants of every
+/// moment the log covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RecordedGrant {
+    /// The grant's id.
+    pub(crate) grant_id: String,
+    /// Its expiry.
+    pub(crate) expires_unix_ns: i64,
+    /// The grant itself (records of earlier versions have only the two
+    /// members above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) grant: Option<crate::grants::Grant>,
+}
+
 /// A decision as given to a harness, and as kept for idempotent replays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct DecisionRecord {

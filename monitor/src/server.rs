@@ -16,6 +16,7 @@ use crate::grpc;
 use crate::policy::{LoadError, PolicySnapshot};
 use crate::service::{Monitor, MonitorConfig, Shutdown};
 use crate::store::{Durability, Store, StoreError};
+use crate::watch::Watched;
 
 /// How long shutdown waits for connected clients before closing anyway.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -330,8 +331,23 @@ pub async fn start_with_signal(
         Store::Embedded(_) => None,
     };
     // A change in the policy folder is loaded within a second.
-    let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone())
+    let watcher = crate::watch::watch_policies(Arc::clone(&monitor), config.policies.clone(), Watched::Live)
         .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", config.policies.display())))?;
+    // The shadow folder too, loaded first (a folder that does not load
+    // shows in the status and decides nothing).
+    let shadow_watcher = match &config.monitor.shadow_dir {
+        Some(dir) => {
+            monitor
+                .reload_shadow("monitor (start)", true)
+                .await
+                .map_err(|e| ServerError::Task(format!("cannot record the shadow folder's load: {e}")))?;
+            Some(
+                crate::watch::watch_policies(Arc::clone(&monitor), dir.clone(), Watched::Shadow)
+                    .map_err(|e| ServerError::Task(format!("cannot watch {}: {e}", dir.display())))?,
+            )
+        }
+        None => None,
+    };
     let scrape: crate::metrics::Render = {
         let (monitor, data) = (Arc::downgrade(&monitor), config.data.clone());
         Arc::new(move || {
@@ -382,6 +398,9 @@ pub async fn start_with_signal(
             let _ = shared.await;
         }
         let _ = watcher.await;
+        if let Some(shadow_watcher) = shadow_watcher {
+            let _ = shadow_watcher.await;
+        }
         // Write what was already sent, refuse the rest, flush.
         let closed = closer.close().await.map_err(ServerError::Close);
         // Then wait (within the grace) for the last holder of the store, a

@@ -23,8 +23,17 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Reload at the latest this long after the first change of a burst.
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
+/// Which policy folder a watcher watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// The live folder (`Monitor::reload_if_changed`).
+    Live,
+    /// The shadow folder (`Monitor::reload_shadow`).
+    Shadow,
+}
+
 /// Starts watching `dir`; the task ends when the monitor shuts down.
-pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Result<JoinHandle<()>> {
+pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf, which: Watched) -> notify::Result<JoinHandle<()>> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Errors (a lost event queue among them) also mean "look again".
@@ -61,7 +70,11 @@ pub(crate) fn watch_policies(monitor: Arc<Monitor>, dir: PathBuf) -> notify::Res
                     _ => break,
                 }
             }
-            if let Err(e) = monitor.reload_if_changed("monitor (policy folder changed)").await {
+            let reloaded = match which {
+                Watched::Live => monitor.reload_if_changed("monitor (policy folder changed)").await.map(drop),
+                Watched::Shadow => monitor.reload_shadow("monitor (shadow folder changed)", false).await.map(drop),
+            };
+            if let Err(e) = reloaded {
                 tracing::error!(error = %e, "policy reload could not be recorded");
             }
         }

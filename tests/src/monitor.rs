@@ -181,3 +181,17 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `server`'s metrics (Prometheus text), read from a metrics listener
+/// started for this read.
+pub async fn metrics(server: &RunningServer) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let _serving = server.serve_metrics(listener);
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    Ok(answer)
+}

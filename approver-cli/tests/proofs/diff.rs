@@ -171,6 +171,14 @@ fn a_permit_that_opens_one_path_for_one_group_is_shown_with_a_member_of_it() {
     check_reproduced(&found[0]);
 }
 
+/// `SRV_AND_OPT` with /srv/keys closed by a forbid.
+fn srv_keys_closed() -> String {
+    format!(
+        r#"{SRV_AND_OPT}
+        @id("no-srv-keys") @reason("keys stay") forbid (principal, action, resource in Dir::"/srv/keys");"#
+    )
+}
+
 #[test]
 fn a_forbid_that_closes_one_path_newly_forbids_only_there() {
     if !solver_or_skip() {
@@ -178,10 +186,7 @@ fn a_forbid_that_closes_one_path_newly_forbids_only_there() {
     }
     let root = tempfile::tempdir().unwrap();
     let old = folder(root.path(), "old", SRV_AND_OPT);
-    let closed = format!(
-        r#"{SRV_AND_OPT}
-        @id("no-srv-keys") @reason("keys stay") forbid (principal, action, resource in Dir::"/srv/keys");"#
-    );
+    let closed = srv_keys_closed();
     let new = folder(root.path(), "new", &closed);
     let (code, report) = diff(&old, &new);
     assert_eq!(code, 3, "{report:#}");
@@ -254,4 +259,60 @@ fn the_bundled_policies_are_equivalent_to_themselves_and_a_missing_solver_is_an_
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("CVC5 names `/nonexistent/cvc5`"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_may_be_the_set_a_running_monitor_serves() {
+    use warden_monitor::auth::{CredentialConfig, Role};
+    const ADMIN: &str = "wdn_diff_test_admin";
+    if !solver_or_skip() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let old = folder(root.path(), "old", SRV_AND_OPT);
+    let closed = srv_keys_closed();
+    let new = folder(root.path(), "new", &closed);
+    let config = warden_monitor::server::ServerConfig::new(
+        old.clone(),
+        root.path().join("data"),
+        vec![CredentialConfig::for_token("a", Role::Admin, ADMIN, &[])],
+    );
+    let server = warden_monitor::server::start(config, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap())
+        .await
+        .unwrap();
+    let endpoint = format!("http://{}", server.addr());
+    let run = |args: Vec<String>| {
+        let endpoint = endpoint.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_wardenctl"))
+                .args(["--endpoint", &endpoint])
+                .env("WARDEN_TOKEN", ADMIN)
+                .env_remove("WARDEN_TOKEN_FILE")
+                .args(args)
+                .output()
+                .unwrap()
+        })
+    };
+    let args = |more: &[&str]| -> Vec<String> {
+        ["--json", "policy", "diff", "--running"].iter().chain(more).map(|s| (*s).to_owned()).collect()
+    };
+    let output = run(args(&[new.to_str().unwrap()])).await.unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(output.status.code(), Some(3), "{report:#}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("OLD: the running monitor's set"), "{stderr}");
+    // The same answer as with the folder it serves, and the same version.
+    let (_, from_folder) = diff(&old, &new);
+    assert_eq!(report["old_version"], from_folder["old_version"]);
+    assert_eq!(verdicts(&report), verdicts(&from_folder));
+    let plain: Vec<&Value> = findings(&report, "fs.read").iter().filter(|f| f["under"] == "no-grant").collect();
+    assert_eq!(plain.len(), 1, "{report:#}");
+    check_reproduced(plain[0]);
+    // Two folders with --running is a mistake said as one.
+    let both = run(args(&[old.to_str().unwrap(), new.to_str().unwrap()])).await.unwrap();
+    assert_eq!(both.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("with --running, give only NEW"));
+    server.stop().await.unwrap();
 }

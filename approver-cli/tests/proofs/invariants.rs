@@ -152,6 +152,9 @@ async fn a_reload_that_breaks_an_invariant_is_refused_and_the_last_good_set_keep
     let tail = ask(ADMIN, vec!["audit".into(), "tail".into(), "--all".into()]).await.unwrap();
     let text = String::from_utf8_lossy(&tail.stdout).into_owned();
     assert!(text.contains("policy.reload-failed"), "{text}");
+    // And counted.
+    let metrics = warden_tests::monitor::metrics(&server).await.unwrap();
+    assert!(metrics.contains("warden_policy_reloads_total{result=\"invariant-broken\"} 1"), "{metrics}");
 
     // Put right, it loads.
     std::fs::write(dir.join("policies.cedar"), GOOD).unwrap();

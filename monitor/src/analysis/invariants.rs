@@ -24,7 +24,7 @@ use cedar_policy_symcc::CompiledPolicySet;
 use serde::Serialize;
 
 use super::example::{Decided, Example, outcomes};
-use super::facts::{Referenced, facts};
+use super::facts::{Hierarchy, Referenced, facts};
 use super::slice::can_apply;
 use super::solver::{Answer, Solver};
 use super::variants::{Question, approved_as, question_set};
@@ -110,19 +110,18 @@ impl InvariantProof {
 }
 
 /// Proves every invariant of `snapshot` against its policies; `dir` names
-/// the folder in `wardenctl` lines. The question sets are built and
-/// compiled once per request environment for all invariants.
+/// the folder in `wardenctl` lines. Each invariant is asked, per request
+/// environment, about the policies that can decide a request it picks
+/// (`Shared::slice`); a question set is built and compiled once per
+/// environment and slice, and shared by the invariants whose slices agree.
 pub async fn prove_invariants(snapshot: &PolicySnapshot, dir: &str, solver: &mut Solver) -> Vec<InvariantProof> {
     let shared = Shared::new(snapshot);
     let envs: Vec<RequestEnv> = snapshot.schema.request_envs().collect();
-    let mut compiled: HashMap<(usize, Kind), Result<CompiledPolicySet, String>> = HashMap::new();
+    let mut compiled = Compiled::new();
     let mut out = Vec::with_capacity(snapshot.invariants.len());
     for invariant in &snapshot.invariants {
         let started = Instant::now();
-        let proof = match &shared {
-            Ok(shared) => prove(snapshot, invariant, dir, shared, &envs, &mut compiled, solver).await,
-            Err(why) => Proof::Unknown { why: why.clone() },
-        };
+        let proof = prove(snapshot, invariant, dir, &shared, &envs, &mut compiled, solver).await;
         out.push(InvariantProof {
             id: invariant.id.clone(),
             file: invariant.file.clone(),
@@ -135,6 +134,11 @@ pub async fn prove_invariants(snapshot: &PolicySnapshot, dir: &str, solver: &mut
     out
 }
 
+/// The compiled question sets, by request environment, kind and the
+/// policies sliced for an invariant: invariants whose slices agree share
+/// them.
+type Compiled = HashMap<(usize, Kind, Vec<usize>), Result<CompiledPolicySet, String>>;
+
 /// The question sets an invariant is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
@@ -143,31 +147,59 @@ enum Kind {
     ApprovedNoPasskey,
 }
 
-/// What every invariant of a folder shares: the facts and the question sets.
+/// What every invariant of a folder shares: the facts, what scopes can
+/// meet under them, and the folder's policies in a fixed order.
 struct Shared {
     facts: PolicySet,
-    sets: HashMap<Kind, PolicySet>,
+    hierarchy: Hierarchy,
+    policies: Vec<Policy>,
+    /// Which of them are marked `@approval("passkey")`.
+    passkey: Vec<bool>,
 }
 
 impl Shared {
-    fn new(snapshot: &PolicySnapshot) -> Result<Self, String> {
+    fn new(snapshot: &PolicySnapshot) -> Self {
         let set = snapshot.policies.as_ref();
         let named = Referenced::of(set.policies().chain(snapshot.invariants.iter().map(|i| &i.policy)));
-        let facts = facts(&snapshot.schema, &snapshot.entities, &named).set;
-        let mut sets = HashMap::new();
-        for question in Question::ALL {
-            sets.insert(Kind::Question(question), question_set(set, question, &facts)?);
+        let found = facts(&snapshot.schema, &snapshot.entities, &named);
+        let policies: Vec<Policy> = set.policies().cloned().collect();
+        let passkey = policies.iter().map(|p| snapshot.meta(p.id()).is_some_and(|m| m.passkey)).collect();
+        Self { facts: found.set, hierarchy: Hierarchy::new(&snapshot.entities, &found.kept), policies, passkey }
+    }
+
+    /// The policies that can decide a request of `env` that `invariant`
+    /// picks, by position: those whose scope fits the environment and can
+    /// meet the invariant's. A policy left out never matches such a
+    /// request (nor errs on it: its scope is false first), so the question
+    /// asked on these alone has the answer it has on all of them.
+    fn slice(&self, invariant: &Invariant, env: &RequestEnv, schema: &cedar_policy::Schema) -> Vec<usize> {
+        self.policies
+            .iter()
+            .enumerate()
+            .filter(|(_, policy)| can_apply(policy, env, schema) && !self.hierarchy.disjoint(&invariant.policy, policy))
+            .map(|(at, _)| at)
+            .collect()
+    }
+
+    /// The question set of `kind` over the policies at `slice`.
+    fn question(&self, slice: &[usize], kind: Kind) -> Result<PolicySet, String> {
+        let sliced = || slice.iter().filter_map(|&at| self.policies.get(at).zip(self.passkey.get(at)));
+        let mut subset = PolicySet::new();
+        for (policy, _) in sliced() {
+            subset.add(policy.clone()).map_err(|e| e.to_string())?;
         }
-        let mut approved = question_set(set, Question::Approved, &facts)?;
-        for policy in set.policies() {
-            if snapshot.meta(policy.id()).is_some_and(|m| m.passkey) {
-                let unapproved =
-                    approved_as(policy, false)?.new_id(PolicyId::new(format!("{} (unapproved)", policy.id())));
-                approved.add(unapproved).map_err(|e| e.to_string())?;
+        match kind {
+            Kind::Question(question) => question_set(&subset, question, &self.facts),
+            Kind::ApprovedNoPasskey => {
+                let mut approved = question_set(&subset, Question::Approved, &self.facts)?;
+                for (policy, _) in sliced().filter(|(_, passkey)| **passkey) {
+                    let unapproved =
+                        approved_as(policy, false)?.new_id(PolicyId::new(format!("{} (unapproved)", policy.id())));
+                    approved.add(unapproved).map_err(|e| e.to_string())?;
+                }
+                Ok(approved)
             }
         }
-        sets.insert(Kind::ApprovedNoPasskey, approved);
-        Ok(Self { facts, sets })
     }
 
     /// The requests an invariant does not pick: everything but what it forbids.
@@ -202,7 +234,7 @@ async fn prove(
     dir: &str,
     shared: &Shared,
     envs: &[RequestEnv],
-    compiled: &mut HashMap<(usize, Kind), Result<CompiledPolicySet, String>>,
+    compiled: &mut Compiled,
     solver: &mut Solver,
 ) -> Proof {
     let schema = &snapshot.schema;
@@ -219,11 +251,13 @@ async fn prove(
             Ok(compiled) => compiled,
             Err(e) => return Proof::Unknown { why: format!("the invariant cannot be compiled for the solver: {e}") },
         };
+        let slice = shared.slice(invariant, env, schema);
         for kind in kinds(invariant.kind) {
-            let set = compiled.entry((at, *kind)).or_insert_with(|| match shared.sets.get(kind) {
-                Some(set) => CompiledPolicySet::compile(set, env, schema)
-                    .map_err(|e| format!("the policies cannot be compiled for the solver: {e}")),
-                None => Err("no question set".to_owned()),
+            let set = compiled.entry((at, *kind, slice.clone())).or_insert_with(|| {
+                shared.question(&slice, *kind).and_then(|set| {
+                    CompiledPolicySet::compile(&set, env, schema)
+                        .map_err(|e| format!("the policies cannot be compiled for the solver: {e}"))
+                })
             });
             let set = match set {
                 Ok(set) => set,

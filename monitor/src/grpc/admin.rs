@@ -193,6 +193,17 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(status))
     }
 
+    async fn get_policy_files(
+        &self,
+        _request: Request<pb::GetPolicyFilesRequest>,
+    ) -> Result<Response<pb::GetPolicyFilesResponse>, Status> {
+        let snapshot = self.monitor.snapshot();
+        Ok(Response::new(pb::GetPolicyFilesResponse {
+            policy_version: snapshot.version.clone(),
+            files: snapshot.texts().into_iter().map(|(name, text)| pb::PolicyFileText { name, text }).collect(),
+        }))
+    }
+
     async fn reload_policies(
         &self,
         request: Request<pb::ReloadPoliciesRequest>,

@@ -69,6 +69,13 @@ pub(super) fn status_to_proto(status: PolicyStatusView) -> pb::PolicyStatusRespo
         policies: u32::try_from(status.policies).unwrap_or(u32::MAX),
         error_at: status.error_at_unix_ns.map(timestamp),
         replicas: vec![],
+        shadow: status.shadow.map(|shadow| pb::ShadowStatus {
+            dir: shadow.dir,
+            policy_version: shadow.version,
+            loaded_at: (shadow.loaded_at_unix_ns != 0).then(|| timestamp(shadow.loaded_at_unix_ns)),
+            policies: u32::try_from(shadow.policies).unwrap_or(u32::MAX),
+            error: shadow.error,
+        }),
     }
 }
 

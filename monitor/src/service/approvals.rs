@@ -256,7 +256,11 @@ impl Monitor {
             actor: Some(approval.request.actor.clone()),
             action: approval.request.action.clone(),
             resource: approval.request.resource.uid(),
-            request: serde_json::to_string(&approval.request).unwrap_or_default(),
+            request: RecordedRequest {
+                window: grant.as_ref().map(|(grant, _)| grant.clone()),
+                ..RecordedRequest::of(&approval.request)
+            }
+            .to_json(),
             outcome: decision.outcome.as_str().into(),
             policy_ids: decision.policy_ids.clone(),
             reasons: decision.reasons.clone(),

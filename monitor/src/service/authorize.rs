@@ -55,9 +55,12 @@ impl Monitor {
             // What the policies say now, before the cap on waiting approvals
             // (which a replay of a waiting request would itself count towards).
             let fresh = evaluation.outcome;
+            let shadow = self.shadow_decide(&request, &facts, now, &evaluation);
+            let mut capped = None;
             if evaluation.outcome == Outcome::Pending
                 && let Some(full) = self.approvals_full(caller, &request.actor, unix_ns(now)).await?
             {
+                capped = Some(full.clone());
                 evaluation = Evaluation::deny(evaluation.policy_ids, vec![full]);
             }
             let decided = Decided {
@@ -74,6 +77,9 @@ impl Monitor {
                     _ => String::new(),
                 },
                 seen_labels: &facts.labels,
+                blocked: facts.blocked.as_deref(),
+                capped,
+                shadow,
                 caps: crate::store::Caps {
                     per_session: self.config.max_pending_per_session,
                     per_harness: self.config.max_pending_per_harness,
@@ -397,6 +403,12 @@ pub(super) struct Decided<'a> {
     approval_id: String,
     /// The session's labels the decision was made with.
     seen_labels: &'a std::collections::BTreeSet<String>,
+    /// Why the session could not act at all, when it could not.
+    blocked: Option<&'a str>,
+    /// Why a PENDING became a DENY (the cap on waiting approvals).
+    capped: Option<String>,
+    /// The shadow set's answer, when it differs from the live one's.
+    shadow: Option<crate::model::ShadowOutcome>,
     /// How many approvals may wait at once.
     caps: crate::store::Caps,
 }
@@ -464,7 +476,14 @@ impl Decided<'_> {
             action: request.action.clone(),
             // The record keeps the request as it was: admins read it whole.
             resource: request.resource.uid(),
-            request: serde_json::to_string(&request).unwrap_or_default(),
+            request: RecordedRequest {
+                session_labels: self.seen_labels.clone(),
+                blocked: self.blocked.map(str::to_owned),
+                capped: self.capped.clone(),
+                shadow: self.shadow.clone(),
+                ..RecordedRequest::of(request)
+            }
+            .to_json(),
             outcome: evaluation.outcome.as_str().into(),
             policy_ids: evaluation.policy_ids.iter().chain(evaluation.grant_ids.iter()).cloned().collect(),
             // Every part of a command and how it was decided.

@@ -159,8 +159,14 @@ pub(super) fn grant_entry(
         actor: Some(Actor { user: grant.user.clone(), agent: grant.agent.clone(), session: grant.session.clone() }),
         action: grant.actions.join(","),
         resource: grant.resource_scope.clone(),
-        request: serde_json::json!({ "grant_id": grant.grant_id, "expires_unix_ns": grant.expires_unix_ns })
-            .to_string(),
+        // The grant whole: a replay of the log knows the grants of every
+        // moment it covers.
+        request: serde_json::to_string(&crate::model::RecordedGrant {
+            grant_id: grant.grant_id.clone(),
+            expires_unix_ns: grant.expires_unix_ns,
+            grant: Some(grant.clone()),
+        })
+        .unwrap_or_default(),
         policy_ids: vec![grant.grant_id.clone()],
         reasons,
         policy_version: snapshot.version.clone(),

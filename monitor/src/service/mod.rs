@@ -15,7 +15,8 @@ use crate::auth::Caller;
 use crate::decision::{DecisionConfig, Evaluation, Outcome, SessionFacts, decide, decide_approved};
 use crate::grants::{Grant, GrantBook, Scope, compile, parse_scope};
 use crate::model::{
-    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, DecisionRecord, Lock, SessionKey, SessionRecord,
+    ApprovalEvent, ApprovalRecord, ApprovalState, AuditEntry, DecisionRecord, Lock, RecordedRequest, SessionKey,
+    SessionRecord,
 };
 use crate::normalize::{Actor, InvalidInput, NormalizedRequest, RequestInput, ResourceInput, limits, normalize};
 use crate::policy::PolicySnapshot;
@@ -31,6 +32,8 @@ mod grants;
 mod policies;
 pub(crate) use policies::check_invariants;
 mod sessions;
+mod shadow;
+pub(crate) use shadow::ShadowStatus;
 #[cfg(test)]
 mod tests;
 
@@ -162,6 +165,9 @@ pub struct MonitorConfig {
     pub max_pending_per_harness: usize,
     /// How the policy folder's invariants are proved on each load.
     pub proofs: crate::config::ProofConfig,
+    /// The shadow policy folder (`[policy] shadow_dir`), decided beside the
+    /// live one without effect on the answers.
+    pub shadow_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for MonitorConfig {
@@ -175,6 +181,7 @@ impl Default for MonitorConfig {
             max_pending_per_session: 20,
             max_pending_per_harness: 100,
             proofs: crate::config::ProofConfig::default(),
+            shadow_dir: None,
         }
     }
 }
@@ -290,6 +297,8 @@ pub(crate) struct PolicyStatusView {
     /// Validator warnings, and what the team should know (no forbid at all,
     /// grants that no longer fit).
     pub(crate) warnings: Vec<String>,
+    /// The shadow folder, when `[policy] shadow_dir` names one.
+    pub(crate) shadow: Option<ShadowStatus>,
 }
 
 /// Signed checkpoints: the key, where periodic ones are appended, how often.
@@ -310,6 +319,8 @@ pub(crate) struct Monitor {
     checkpoints: Option<Checkpoints>,
     status: RwLock<PolicyStatusView>,
     snapshot: RwLock<Arc<PolicySnapshot>>,
+    /// The shadow set, when `[policy] shadow_dir` names one.
+    shadow: RwLock<shadow::ShadowSet>,
     store: Store,
     config: MonitorConfig,
     grants: RwLock<GrantBook>,
@@ -376,6 +387,7 @@ impl Monitor {
             checkpoints: None,
             status: RwLock::new(status),
             snapshot: RwLock::new(Arc::new(snapshot)),
+            shadow: RwLock::default(),
             store,
             config,
             grants: RwLock::new(grants),
@@ -558,7 +570,15 @@ impl Monitor {
         *write(&self.grants) = grants;
         *write(&self.locks) = stored_locks.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         if let Store::Postgres(pg) = &self.store {
-            self.passkeys.replace(pg.passkeys().await?);
+            // Off the async workers: `replace` waits for a writer of the
+            // book, which may be waiting for the database, whose answer a
+            // blocked worker could keep from being read (a replica hung so
+            // when a passkey was revoked through it as another's change
+            // arrived).
+            let (book, enrolled) = (Arc::clone(&self.passkeys), pg.passkeys().await?);
+            tokio::task::spawn_blocking(move || book.replace(enrolled))
+                .await
+                .map_err(|e| StoreError::BatchFailed(format!("the passkey book did not answer: {e}")))?;
         }
         Ok(())
     }

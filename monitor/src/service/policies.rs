@@ -39,18 +39,23 @@ impl Monitor {
 
     /// How the policies stand.
     pub(crate) fn policy_status(&self) -> PolicyStatusView {
-        read(&self.status).clone()
+        PolicyStatusView { shadow: self.shadow_status(), ..read(&self.status).clone() }
     }
 
     /// Loads the policy folder again (an admin's `ReloadPolicies`). A good
     /// load is swapped in whole (with the grants compiled against it); a bad
     /// one leaves the last good set serving and is reported in the status,
-    /// the log and the audit log, every time an admin asks. Returns whether
-    /// the new set loaded, and the status.
+    /// the log and the audit log, every time an admin asks. The shadow
+    /// folder, when there is one, is loaded again too. Returns whether the
+    /// new set loaded, and the status.
     pub(crate) async fn reload(&self, caller: &str) -> Result<(bool, PolicyStatusView), CallError> {
-        let _admin = self.admin.lock().await;
-        let folder = self.read_policy_folder().await?;
-        self.apply_policy_folder(folder, caller).await
+        let loaded = {
+            let _admin = self.admin.lock().await;
+            let folder = self.read_policy_folder().await?;
+            self.apply_policy_folder(folder, caller).await?.0
+        };
+        self.reload_shadow(caller, true).await?;
+        Ok((loaded, self.policy_status()))
     }
 
     /// The watcher's reload: the folder is read, and loaded only when what
@@ -325,5 +330,6 @@ pub(super) fn status_of(
         error_at_unix_ns: None,
         error_content: String::new(),
         warnings,
+        shadow: None,
     }
 }

@@ -98,6 +98,17 @@ fn over_cap(
     Ok(None)
 }
 
+/// Records in a decision's `request` member a fact that changed its
+/// outcome here (a lock written before it, the cap on waiting approvals),
+/// so that a replay of the log decides it with that fact too. Rare: only
+/// then is the request read and written again.
+fn note_in_request(request: &mut String, note: impl FnOnce(&mut crate::model::RecordedRequest)) {
+    if let Ok(mut recorded) = serde_json::from_str::<crate::model::RecordedRequest>(request) {
+        note(&mut recorded);
+        *request = recorded.to_json();
+    }
+}
+
 /// Why the actor's session, user or agent kind is locked, as of the batch
 /// being planned.
 fn locked(view: &impl View, overlay: &Overlay, actor: &Actor) -> Result<Option<String>, StoreError> {
@@ -235,6 +246,7 @@ pub(super) fn plan(
         decision.outcome = Outcome::Deny;
         decision.reasons.push(why.clone());
         commit.entry.outcome = Outcome::Deny.as_str().into();
+        note_in_request(&mut commit.entry.request, |r| r.blocked = Some(why.clone()));
         commit.entry.reasons.push(why);
         // A denied action gives the session no label.
         if let (Some(current), Some(change @ SessionChange::Touch { .. })) = (&mut session, &commit.session) {
@@ -257,6 +269,7 @@ pub(super) fn plan(
         commit.approval = None;
         commit.entry.approval_id.clear();
         commit.entry.outcome = Outcome::Deny.as_str().into();
+        note_in_request(&mut commit.entry.request, |r| r.capped = Some(why.clone()));
         commit.entry.reasons.push(why);
     }
     // An approved approval's ALLOW, given now (no lock came in the

@@ -105,8 +105,8 @@ impl Resend {
             | (
                 "warden.v1.Admin",
                 "RevokeGrant" | "ListGrants" | "LockSession" | "UnlockSession" | "GetSession" | "ClearSessionLabels"
-                | "PolicyStatus" | "ReloadPolicies" | "Explain" | "TailAudit" | "VerifyAudit" | "ListApprovers"
-                | "ConfirmApprover" | "RevokeApprover",
+                | "PolicyStatus" | "GetPolicyFiles" | "ReloadPolicies" | "Explain" | "TailAudit" | "VerifyAudit"
+                | "ListApprovers" | "ConfirmApprover" | "RevokeApprover",
             )
             | ("grpc.health.v1.Health", _)
             | ("grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection", _) => {

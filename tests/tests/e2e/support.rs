@@ -257,15 +257,7 @@ impl TestMonitor {
     /// The monitor's metrics (Prometheus text), from a metrics listener
     /// started for this read.
     pub async fn metrics(&self) -> String {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let _serving = self.server.as_ref().expect("the monitor runs").serve_metrics(listener);
-        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.expect("ask");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.expect("answer");
-        answer
+        warden_tests::monitor::metrics(self.server.as_ref().expect("the monitor runs")).await.expect("metrics")
     }
 
     pub fn store_dir(&self) -> PathBuf {

@@ -247,7 +247,7 @@ class PolicyStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PolicyStatusResponse(_message.Message):
-    __slots__ = ("policy_version", "loaded_at", "files", "error", "warnings", "policies", "error_at", "replicas")
+    __slots__ = ("policy_version", "loaded_at", "files", "error", "warnings", "policies", "error_at", "replicas", "shadow")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     LOADED_AT_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +256,7 @@ class PolicyStatusResponse(_message.Message):
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     ERROR_AT_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
     policy_version: str
     loaded_at: _timestamp_pb2.Timestamp
     files: _containers.RepeatedScalarFieldContainer[str]
@@ -264,7 +265,42 @@ class PolicyStatusResponse(_message.Message):
     policies: int
     error_at: _timestamp_pb2.Timestamp
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
-    def __init__(self, policy_version: _Optional[str] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., files: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., policies: _Optional[int] = ..., error_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
+    shadow: ShadowStatus
+    def __init__(self, policy_version: _Optional[str] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., files: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., policies: _Optional[int] = ..., error_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., shadow: _Optional[_Union[ShadowStatus, _Mapping]] = ...) -> None: ...
+
+class ShadowStatus(_message.Message):
+    __slots__ = ("dir", "policy_version", "loaded_at", "policies", "error")
+    DIR_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOADED_AT_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    dir: str
+    policy_version: str
+    loaded_at: _timestamp_pb2.Timestamp
+    policies: int
+    error: str
+    def __init__(self, dir: _Optional[str] = ..., policy_version: _Optional[str] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policies: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetPolicyFilesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetPolicyFilesResponse(_message.Message):
+    __slots__ = ("policy_version", "files")
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    policy_version: str
+    files: _containers.RepeatedCompositeFieldContainer[PolicyFileText]
+    def __init__(self, policy_version: _Optional[str] = ..., files: _Optional[_Iterable[_Union[PolicyFileText, _Mapping]]] = ...) -> None: ...
+
+class PolicyFileText(_message.Message):
+    __slots__ = ("name", "text")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    text: str
+    def __init__(self, name: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
     __slots__ = ("replica", "policy_version", "loaded_at", "seen_at", "error", "answering", "started_at")

@@ -81,6 +81,11 @@ class AdminStub:
                 request_serializer=warden_dot_v1_dot_admin__pb2.ReloadPoliciesRequest.SerializeToString,
                 response_deserializer=warden_dot_v1_dot_admin__pb2.ReloadPoliciesResponse.FromString,
                 _registered_method=True)
+        self.GetPolicyFiles = channel.unary_unary(
+                '/warden.v1.Admin/GetPolicyFiles',
+                request_serializer=warden_dot_v1_dot_admin__pb2.GetPolicyFilesRequest.SerializeToString,
+                response_deserializer=warden_dot_v1_dot_admin__pb2.GetPolicyFilesResponse.FromString,
+                _registered_method=True)
         self.Explain = channel.unary_unary(
                 '/warden.v1.Admin/Explain',
                 request_serializer=warden_dot_v1_dot_authority__pb2.AuthorizeRequest.SerializeToString,
@@ -172,6 +177,14 @@ class AdminServicer:
 
     def ReloadPolicies(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPolicyFiles(self, request, context):
+        """The files of the policy set serving, as loaded (what `wardenctl policy
+        diff --running` compares a folder with).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -272,6 +285,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReloadPolicies,
                     request_deserializer=warden_dot_v1_dot_admin__pb2.ReloadPoliciesRequest.FromString,
                     response_serializer=warden_dot_v1_dot_admin__pb2.ReloadPoliciesResponse.SerializeToString,
+            ),
+            'GetPolicyFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPolicyFiles,
+                    request_deserializer=warden_dot_v1_dot_admin__pb2.GetPolicyFilesRequest.FromString,
+                    response_serializer=warden_dot_v1_dot_admin__pb2.GetPolicyFilesResponse.SerializeToString,
             ),
             'Explain': grpc.unary_unary_rpc_method_handler(
                     servicer.Explain,
@@ -553,6 +571,33 @@ class Admin:
             '/warden.v1.Admin/ReloadPolicies',
             warden_dot_v1_dot_admin__pb2.ReloadPoliciesRequest.SerializeToString,
             warden_dot_v1_dot_admin__pb2.ReloadPoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPolicyFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.v1.Admin/GetPolicyFiles',
+            warden_dot_v1_dot_admin__pb2.GetPolicyFilesRequest.SerializeToString,
+            warden_dot_v1_dot_admin__pb2.GetPolicyFilesResponse.FromString,
             options,
             channel_credentials,
             insecure,

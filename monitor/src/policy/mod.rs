@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +15,14 @@ use cedar_policy::{
     ActionConstraint, Effect, Entities, Entity, EntityTypeName, EntityUid, PolicyId, PolicySet, Schema, ValidationMode,
     Validator,
 };
-use sha2::{Digest, Sha256};
 
 use crate::duration::parse_duration;
 use crate::entities::{DomainTypes, PrincipalCache};
 use crate::programs::{PROGRAMS_FILE, Programs};
+
+mod files;
+pub(crate) use files::PolicyFiles;
+pub use files::write_files;
 
 /// The schema file of a policy folder.
 pub(crate) const SCHEMA_FILE: &str = "schema.cedarschema";
@@ -243,6 +246,8 @@ pub struct PolicySnapshot {
     pub programs: Programs,
     /// `invariants/*.cedar`: what every set of this folder must keep.
     pub invariants: Vec<Invariant>,
+    /// The files it was built from, as read.
+    source: PolicyFiles,
 }
 
 impl PolicySnapshot {
@@ -314,7 +319,14 @@ impl PolicySnapshot {
             principals: PrincipalCache::default(),
             programs,
             invariants,
+            source: files.clone(),
         })
+    }
+
+    /// Every file it was built from: name (relative to the folder) and
+    /// text, of which `version` is the hash.
+    pub fn texts(&self) -> Vec<(String, String)> {
+        self.source.texts()
     }
 
     /// Counts for people: policies per effect and per action, and which
@@ -374,115 +386,6 @@ pub struct PolicySummary {
     pub by_action: BTreeMap<String, usize>,
     /// Ids of policies without `@reason`.
     pub missing_reason: Vec<String>,
-}
-
-/// The text of a policy folder's files, read in one go so that a snapshot is
-/// built from one consistent view.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct PolicyFiles {
-    /// `schema.cedarschema`.
-    pub(crate) schema: String,
-    /// `*.cedar` by file name, sorted.
-    pub(crate) policies: BTreeMap<String, String>,
-    /// `entities.json`, when present.
-    pub(crate) entities: Option<String>,
-    /// `programs.toml`, when present.
-    pub(crate) programs: Option<String>,
-    /// `invariants/*.cedar` by name (`invariants/x.cedar`), sorted.
-    pub(crate) invariants: BTreeMap<String, String>,
-}
-
-impl PolicyFiles {
-    /// Reads `dir`: the schema (required), every `*.cedar` directly in it, and
-    /// `entities.json` if present.
-    pub(crate) fn read(dir: &Path) -> Result<Self, LoadError> {
-        let folder = dir.display().to_string();
-        let read = |path: PathBuf, name: &str| {
-            std::fs::read_to_string(&path).map_err(|e| {
-                LoadError::one(SourceDiagnostic::whole_file(name, format!("cannot read {}: {e}", path.display())))
-            })
-        };
-        let entries = std::fs::read_dir(dir).map_err(|e| {
-            LoadError::one(SourceDiagnostic::whole_file(&folder, format!("cannot read the policy folder: {e}")))
-        })?;
-        let mut policies = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| LoadError::one(SourceDiagnostic::whole_file(&folder, e.to_string())))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".cedar") && entry.path().is_file() {
-                let text = read(entry.path(), &name)?;
-                policies.insert(name, text);
-            }
-        }
-        let schema_path = dir.join(SCHEMA_FILE);
-        if !schema_path.is_file() {
-            return Err(LoadError::one(SourceDiagnostic::whole_file(
-                SCHEMA_FILE,
-                format!("the policy folder {folder} has no {SCHEMA_FILE}"),
-            )));
-        }
-        let schema = read(schema_path, SCHEMA_FILE)?;
-        let entities_path = dir.join(ENTITIES_FILE);
-        let entities = if entities_path.is_file() { Some(read(entities_path, ENTITIES_FILE)?) } else { None };
-        let programs_path = dir.join(PROGRAMS_FILE);
-        let programs = if programs_path.is_file() { Some(read(programs_path, PROGRAMS_FILE)?) } else { None };
-        let mut invariants = BTreeMap::new();
-        let invariants_dir = dir.join(INVARIANTS_DIR);
-        if invariants_dir.is_dir() {
-            let entries = std::fs::read_dir(&invariants_dir).map_err(|e| {
-                LoadError::one(SourceDiagnostic::whole_file(INVARIANTS_DIR, format!("cannot read it: {e}")))
-            })?;
-            for entry in entries {
-                let entry =
-                    entry.map_err(|e| LoadError::one(SourceDiagnostic::whole_file(INVARIANTS_DIR, e.to_string())))?;
-                let name = format!("{INVARIANTS_DIR}/{}", entry.file_name().to_string_lossy());
-                if name.ends_with(".cedar") && entry.path().is_file() {
-                    let text = read(entry.path(), &name)?;
-                    invariants.insert(name, text);
-                }
-            }
-        }
-        Ok(Self { schema, policies, entities, programs, invariants })
-    }
-
-    fn names(&self) -> Vec<String> {
-        let mut names = vec![SCHEMA_FILE.to_owned()];
-        names.extend(self.policies.keys().cloned());
-        if self.entities.is_some() {
-            names.push(ENTITIES_FILE.to_owned());
-        }
-        if self.programs.is_some() {
-            names.push(PROGRAMS_FILE.to_owned());
-        }
-        names.extend(self.invariants.keys().cloned());
-        names
-    }
-
-    /// `sha256:` and the first 16 hex digits of a hash over every file's name and text.
-    pub(crate) fn version(&self) -> String {
-        let mut hasher = Sha256::new();
-        let mut add = |name: &str, text: &str| {
-            for part in [name, text] {
-                hasher.update((part.len() as u64).to_be_bytes());
-                hasher.update(part.as_bytes());
-            }
-        };
-        add(SCHEMA_FILE, &self.schema);
-        for (name, text) in &self.policies {
-            add(name, text);
-        }
-        if let Some(text) = &self.entities {
-            add(ENTITIES_FILE, text);
-        }
-        if let Some(text) = &self.programs {
-            add(PROGRAMS_FILE, text);
-        }
-        for (name, text) in &self.invariants {
-            add(name, text);
-        }
-        let digest = hex::encode(hasher.finalize());
-        format!("sha256:{}", digest.get(..16).unwrap_or(&digest))
-    }
 }
 
 /// The invariants of `files`, each a forbid with `@id` and a known
