@@ -12,6 +12,7 @@ use warden_monitor::policy::PolicySnapshot;
 use warden_monitor::replay::{ChangeReport, Recorded, Replayer, ShadowScan};
 use warden_proto::v1 as pb;
 
+use crate::approvals::safe;
 use crate::audit::{Bound, parse_bound};
 use crate::cli::LogWindow;
 use crate::connection::{Connection, Reopen};
@@ -116,7 +117,8 @@ fn from_proto(record: pb::AuditRecord) -> Recorded {
 }
 
 /// `wardenctl policy replay --policies DIR`: exit 0 when no recorded
-/// decision would change, 3 when some would.
+/// decision would change, 3 when some would, 4 when none would of those
+/// decided again but some could not be decided as they were made.
 pub(crate) async fn policy_replay(
     connection: &Connection,
     policies: &Path,
@@ -131,7 +133,13 @@ pub(crate) async fn policy_replay(
     read_log(connection, log.data.as_deref(), &window, true, |record, inside| replayer.feed(record, inside)).await?;
     let report = replayer.finish();
     print(&report, json, Kind::Replay)?;
-    Ok(if report.changed == 0 { ExitCode::SUCCESS } else { ExitCode::from(3) })
+    Ok(if report.changed > 0 {
+        ExitCode::from(3)
+    } else if report.incomplete {
+        ExitCode::from(4)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `wardenctl policy shadow`: exit 0 when the shadow set answered every
@@ -192,27 +200,31 @@ fn print(report: &ChangeReport, json: bool, kind: Kind) -> Result<(), StdoutErro
         let by = if group.by.is_empty() { "no policy".to_owned() } else { group.by.join(", ") };
         let was = if group.was.is_empty() { "no policy".to_owned() } else { group.was.join(", ") };
         outln!(
-            "{} -> {}  {} decision{}  {now} by {by}  ({then} by {was})",
+            "{} -> {}  {} decision{}  {now} by {}  ({then} by {})",
             group.from,
             group.to,
             group.count,
-            if group.count == 1 { "" } else { "s" }
+            if group.count == 1 { "" } else { "s" },
+            safe(&by),
+            safe(&was)
         )?;
         for example in &group.examples {
             let time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(example.time_unix_ns))
                 .ok()
                 .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
                 .unwrap_or_default();
+            // Every field of a record may come from a harness: shown with
+            // its hidden characters escaped, as `audit tail` shows them.
             outln!(
                 "  #{} {time} {} {} {}  (request {})",
                 example.seq,
-                example.actor,
-                example.action,
-                example.resource,
-                example.request_id
+                safe(&example.actor),
+                safe(&example.action),
+                safe(&example.resource),
+                safe(&example.request_id)
             )?;
             for reason in &example.reasons {
-                outln!("    {reason}")?;
+                outln!("    {}", safe(reason))?;
             }
         }
     }

@@ -164,7 +164,12 @@ impl RecordedRequest {
 /// recorded beside the live decision when the two differ.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ShadowOutcome {
-    /// `ALLOW`, `DENY` or `PENDING`.
+    /// The live set's outcome it was compared with: what the policies said,
+    /// before the cap on waiting approvals (not policy) had its say.
+    #[serde(default)]
+    pub(crate) live: String,
+    /// `ALLOW`, `DENY` or `PENDING` (or `INVALID_ARGUMENT`: the request does
+    /// not fit the shadow set's schema).
     pub(crate) outcome: String,
     /// Its determining policies (and grants).
     pub(crate) policy_ids: Vec<String>,

@@ -395,10 +395,14 @@ impl Book {
         lock(&self.enrolled).clone()
     }
 
-    /// Takes the list as another monitor on the same store changed it.
-    pub(crate) fn replace(&self, enrolled: Vec<Enrolled>) {
+    /// Takes the list as another monitor on the same store changed it:
+    /// `fetch` reads it while this book's writers wait, so that a change
+    /// made here meanwhile is never overwritten by an older list.
+    pub(crate) fn replace_with<E>(&self, fetch: impl FnOnce() -> Result<Vec<Enrolled>, E>) -> Result<(), E> {
         let _writing = lock(&self.writing);
+        let enrolled = fetch()?;
         *lock(&self.enrolled) = enrolled;
+        Ok(())
     }
 
     /// Changes the enrolled list with `change` and keeps it, or changes nothing.

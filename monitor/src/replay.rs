@@ -96,6 +96,10 @@ pub struct ChangeReport {
     /// What the reader should know (grants the log no longer describes,
     /// records that could not be read).
     pub notes: Vec<String>,
+    /// Whether some decision was not decided again as it was made: read as
+    /// "not known to be unchanged" (a record that could not be read, a grant
+    /// the log does not describe or NEW cannot hold, a failed worker).
+    pub incomplete: bool,
     /// Milliseconds taken.
     pub millis: u64,
 }
@@ -113,6 +117,7 @@ impl ChangeReport {
             decided_by: BTreeMap::new(),
             groups: vec![],
             notes: vec![],
+            incomplete: false,
             millis: 0,
         }
     }
@@ -239,6 +244,8 @@ pub struct Replayer {
     /// Grant ids decisions relied on that the log does not describe.
     undescribed: u64,
     unreadable: u64,
+    /// Decisions handed to the workers.
+    fed: u64,
     batch: Vec<Job>,
     sent: u64,
     to_workers: Option<std::sync::mpsc::SyncSender<Batch>>,
@@ -288,6 +295,7 @@ impl Replayer {
             misfits: BTreeMap::new(),
             undescribed: 0,
             unreadable: 0,
+            fed: 0,
             batch: Vec::with_capacity(BATCH),
             sent: 0,
             to_workers: Some(to_workers),
@@ -313,6 +321,7 @@ impl Replayer {
                     .iter()
                     .filter(|id| id.starts_with("grt-") && grants.as_ref().is_none_or(|g| g.get(id).is_none()))
                     .count() as u64;
+                self.fed += 1;
                 self.batch.push(Job { record, grants });
                 if self.batch.len() >= BATCH {
                     self.send();
@@ -420,8 +429,9 @@ impl Replayer {
             let _ = worker.join();
         }
         let mut report = std::mem::replace(&mut self.report, ChangeReport::new(String::new(), String::new()));
-        if self.next < self.sent {
-            report.notes.push("a worker failed: some decisions were not decided again".into());
+        let lost = self.fed.saturating_sub(report.decisions);
+        if lost > 0 {
+            report.notes.push(format!("a worker failed: {lost} decisions were not decided again"));
         }
         report.groups = std::mem::take(&mut self.grouper).sorted();
         if self.unreadable > 0 {
@@ -440,6 +450,7 @@ impl Replayer {
         for (grant, why) in &self.misfits {
             report.notes.push(format!("grant `{grant}` does not fit this policy set and was left out: {why}"));
         }
+        report.incomplete = lost > 0 || self.unreadable > 0 || self.undescribed > 0 || !self.misfits.is_empty();
         report.millis = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         report
     }
@@ -542,7 +553,10 @@ impl ShadowScan {
         let Some(shadow) = request.shadow.clone() else { return };
         report.changed += 1;
         *self.versions.entry(shadow.policy_version.clone()).or_default() += 1;
-        self.grouper.add(&record.outcome, &shadow.outcome, shadow.policy_ids, record.policy_ids.clone(), || {
+        // From what the live policies said (a PENDING the cap made a DENY
+        // is a PENDING here), as the monitor compared them.
+        let live = if shadow.live.is_empty() { record.outcome.clone() } else { shadow.live.clone() };
+        self.grouper.add(&live, &shadow.outcome, shadow.policy_ids, record.policy_ids.clone(), || {
             example(&record, &request, shadow.reasons)
         });
     }

@@ -2,7 +2,8 @@
 //! is given beside both policy sets, so that it looks only at requests that
 //! can happen: a session is in its owner and in that user's groups from
 //! `entities.json`, and in no other user; the owner is a known user with
-//! the attributes the file gives; a file is in exactly the folders above
+//! the attributes the file gives (of the users no policy names and that
+//! the policies cannot tell apart, one stands for all); a file is in exactly the folders above
 //! it; a URL in its host's domains; a command in its program; a tool in its
 //! server and that server's groups.
 //!
@@ -150,9 +151,31 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
     // Attributes no policy reads change no decision: neither they nor the
     // entities they name are facts the solver needs.
     let read = |name: &String| referenced.attrs.contains(name);
+    // Only the groups policies name: no other changes a decision.
+    let groups: Vec<String> = named.iter().filter(|(k, _)| k == "Group").map(|(_, id)| id.clone()).collect();
+    // Users that no policy names and that the policies cannot tell apart
+    // (members of the same named groups, the same values of the attributes
+    // policies read) are decided alike: one of each kind stands for all of
+    // them, which keeps the solver's questions small on a folder of many
+    // users.
+    let users: Vec<String> = {
+        let mut kinds = BTreeSet::new();
+        file.iter()
+            .filter(|((kind, _), _)| kind == "User")
+            .filter(|((_, id), entry)| {
+                let profile: (Vec<bool>, Vec<(&String, String)>) = (
+                    groups.iter().map(|g| entry.ancestors.contains(&("Group".to_owned(), g.clone()))).collect(),
+                    entry.attrs.iter().filter(|(name, _)| read(name)).map(|(n, v)| (n, v.to_string())).collect(),
+                );
+                named.contains(&("User".to_owned(), id.clone())) || kinds.insert(profile)
+            })
+            .map(|((_, id), _)| id.clone())
+            .collect()
+    };
     let mut all: BTreeSet<(String, String)> = named.clone();
     all.extend(file.keys().filter(|(k, _)| k != "User" && k != "Group").cloned());
-    for entry in file.values() {
+    let standing = |(kind, id): &(String, String)| kind != "User" || users.contains(id);
+    for (_, entry) in file.iter().filter(|(key, _)| standing(key)) {
         for (_, attr) in entry.attrs.iter().filter(|(name, _)| read(name)) {
             literals(attr, &mut all);
         }
@@ -165,13 +188,10 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
 
     // The session: in its owner and, through them, their groups; in no other user.
     facts.push((Fact::Session, format!("{rule} unless {{ principal in principal.owner }};")));
-    let users: Vec<String> = file.keys().filter(|(k, _)| k == "User").map(|(_, id)| id.clone()).collect();
     if !users.is_empty() {
         let any: Vec<String> = users.iter().map(|u| format!("principal.owner == {}", entity("User", u))).collect();
         facts.push((Fact::Users, format!("{rule} unless {{ {} }};", any.join(" || "))));
     }
-    // Only the groups policies name: no other changes a decision.
-    let groups: Vec<String> = named.iter().filter(|(k, _)| k == "Group").map(|(_, id)| id.clone()).collect();
     for user in &users {
         let Some(entry) = file.get(&("User".to_owned(), user.clone())) else { continue };
         let me = entity("User", user);
@@ -211,7 +231,10 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
     }
 
     // A file is in the folder of its own path and every folder above it.
-    if !parents_declared("Dir") {
+    // Not said when entities.json gives a folder, or a file itself, parents
+    // of its own: Warden keeps those (`decision::inputs`), so a file can be
+    // in a folder its path is not under.
+    if !parents_declared("Dir") && !parents_declared("File") {
         let scope = "forbid (principal, action, resource is File)";
         facts.push((Fact::Dirs, format!("{scope} unless {{ resource.path like \"/*\" && resource in Dir::\"/\" }};")));
         for dir in of("Dir").into_iter().filter(|d| d != "/") {
@@ -222,7 +245,7 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
         }
     }
     // A URL is in its host's domain and every parent domain.
-    if !parents_declared("Domain") {
+    if !parents_declared("Domain") && !parents_declared("Url") {
         let scope = "forbid (principal, action, resource is Url)";
         for domain in of("Domain") {
             let me = entity("Domain", &domain);
@@ -233,7 +256,7 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
         }
     }
     // A command is in its program.
-    if !parents_declared("Program") {
+    if !parents_declared("Program") && !parents_declared("Command") {
         let scope = "forbid (principal, action, resource is Command)";
         for program in of("Program") {
             let me = entity("Program", &program);
@@ -248,9 +271,11 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
             ));
         }
     }
-    // A tool is in its server and in the groups entities.json puts it in.
+    // A tool is in its server and in the groups entities.json puts it in
+    // (unless entities.json gives a tool parents of its own).
     let scope = "forbid (principal, action, resource is Tool)";
-    for server in of("McpServer") {
+    let tools_pinned = !parents_declared("Tool");
+    for server in of("McpServer").into_iter().filter(|_| tools_pinned) {
         let me = entity("McpServer", &server);
         let id = quote(&server);
         facts.push((
@@ -262,7 +287,7 @@ fn fact_texts(entities: &Entities, referenced: &Referenced) -> Vec<(Fact, String
             format!("{scope} when {{ resource.server == {id} }} unless {{ resource in {me} }};"),
         ));
     }
-    if !parents_declared("ToolGroup") {
+    if tools_pinned && !parents_declared("ToolGroup") {
         for group in of("ToolGroup") {
             let key = ("ToolGroup".to_owned(), group.clone());
             let members: Vec<String> = file
@@ -340,6 +365,7 @@ pub(crate) struct Hierarchy {
     pub(crate) dirs_pinned: bool,
     pub(crate) domains_pinned: bool,
     pub(crate) programs_pinned: bool,
+    pub(crate) servers_pinned: bool,
     pub(crate) tool_groups_pinned: bool,
 }
 
@@ -353,6 +379,7 @@ impl Hierarchy {
             dirs_pinned: pinned(Fact::Dirs),
             domains_pinned: pinned(Fact::Domains),
             programs_pinned: pinned(Fact::Programs),
+            servers_pinned: pinned(Fact::Servers),
             tool_groups_pinned: pinned(Fact::Servers) && pinned(Fact::ToolGroups),
             file,
         }

@@ -90,7 +90,7 @@ impl Hierarchy {
         match (ta.as_str(), tb.as_str()) {
             ("Program", "Program") => self.programs_pinned && ia != ib,
             ("Domain", "Domain") => self.domains_pinned && !in_domain(&ia, &ib) && !in_domain(&ib, &ia),
-            ("McpServer", "McpServer") => ia != ib,
+            ("McpServer", "McpServer") => self.servers_pinned && ia != ib,
             ("McpServer", "ToolGroup") | ("ToolGroup", "McpServer") if self.tool_groups_pinned => {
                 let (server, group) = if ta == "McpServer" { (&ia, &ib) } else { (&ib, &ia) };
                 !self.ancestors("McpServer", server).contains(&("ToolGroup".to_owned(), group.clone()))
@@ -195,6 +195,44 @@ mod tests {
             None,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_resource_entities_json_gives_parents_of_its_own_unpins_its_kind() {
+        // Warden keeps a resource's declared parents: this file is in
+        // /secrets whatever its path says, and so are commands, URLs and
+        // tools given parents.
+        let declared = |kind: &str, id: &str, parent: (&str, &str)| {
+            Entities::from_json_str(
+                &format!(
+                    r#"[{{"uid": {{"type": "{kind}", "id": "{id}"}}, "attrs": {{}},
+                         "parents": [{{"type": "{}", "id": "{}"}}]}}]"#,
+                    parent.0, parent.1
+                ),
+                None,
+            )
+            .unwrap()
+        };
+        let srv = policy(r#"permit (principal, action, resource in Dir::"/srv");"#);
+        let secrets = policy(r#"forbid (principal, action, resource in Dir::"/secrets");"#);
+        let h = hierarchy(&declared("File", "/srv/app/.env", ("Dir", "/secrets")), &[&srv, &secrets]);
+        assert!(!h.disjoint(&srv, &secrets));
+        let git = policy(r#"permit (principal, action, resource in Program::"git");"#);
+        let npm = policy(r#"permit (principal, action, resource in Program::"npm");"#);
+        let h = hierarchy(&declared("Command", "git status", ("Program", "npm")), &[&git, &npm]);
+        assert!(!h.disjoint(&git, &npm));
+        let api = policy(r#"permit (principal, action, resource in Domain::"api.example.com");"#);
+        let other = policy(r#"permit (principal, action, resource in Domain::"other.com");"#);
+        let h = hierarchy(&declared("Url", "https://api.example.com/", ("Domain", "other.com")), &[&api, &other]);
+        assert!(!h.disjoint(&api, &other));
+        let docs = policy(r#"permit (principal, action, resource in McpServer::"docs");"#);
+        let mail = policy(r#"permit (principal, action, resource in McpServer::"mail");"#);
+        let h = hierarchy(&declared("Tool", "docs/search", ("McpServer", "mail")), &[&docs, &mail]);
+        assert!(!h.disjoint(&docs, &mail));
+        // Without declared parents, each of these pairs is disjoint.
+        let h = hierarchy(&entities(), &[&srv, &secrets, &git, &npm, &api, &other, &docs, &mail]);
+        assert!(h.disjoint(&srv, &secrets) && h.disjoint(&git, &npm) && h.disjoint(&api, &other));
+        assert!(h.disjoint(&docs, &mail));
     }
 
     #[test]

@@ -48,14 +48,14 @@ impl Monitor {
         // Decided again while another decision of the same session changed
         // its labels first (the writer compares); each try follows a
         // committed change, and labels only grow, so this ends.
-        for _ in 0..MAX_DECISION_TRIES {
+        for attempt in 0..MAX_DECISION_TRIES {
             let now = self.now();
             let (snapshot, facts) = self.facts(&request.actor, &caller.name).await?;
             let mut evaluation = decide(&snapshot, &request, &facts, now, &self.config.decision)?;
             // What the policies say now, before the cap on waiting approvals
             // (which a replay of a waiting request would itself count towards).
             let fresh = evaluation.outcome;
-            let shadow = self.shadow_decide(&request, &facts, now, &evaluation);
+            let shadow = self.shadow_decide(&request, &facts, now, &evaluation, attempt == 0);
             let mut capped = None;
             if evaluation.outcome == Outcome::Pending
                 && let Some(full) = self.approvals_full(caller, &request.actor, unix_ns(now)).await?

@@ -570,15 +570,15 @@ impl Monitor {
         *write(&self.grants) = grants;
         *write(&self.locks) = stored_locks.into_iter().map(|lock| (lock.target.clone(), lock)).collect();
         if let Store::Postgres(pg) = &self.store {
-            // Off the async workers: `replace` waits for a writer of the
-            // book, which may be waiting for the database, whose answer a
-            // blocked worker could keep from being read (a replica hung so
-            // when a passkey was revoked through it as another's change
-            // arrived).
-            let (book, enrolled) = (Arc::clone(&self.passkeys), pg.passkeys().await?);
-            tokio::task::spawn_blocking(move || book.replace(enrolled))
+            // Off the async workers: the book's writers hold it across a
+            // write to the database, whose answer a blocked worker could
+            // keep from being read (a replica hung so when a passkey was
+            // revoked through it as another's change arrived). Read while
+            // the writers wait, so that no older list replaces a newer one.
+            let (book, pg, runtime) = (Arc::clone(&self.passkeys), pg.clone(), tokio::runtime::Handle::current());
+            tokio::task::spawn_blocking(move || book.replace_with(|| runtime.block_on(pg.passkeys())))
                 .await
-                .map_err(|e| StoreError::BatchFailed(format!("the passkey book did not answer: {e}")))?;
+                .map_err(|e| StoreError::BatchFailed(format!("the passkey book did not answer: {e}")))??;
         }
         Ok(())
     }

@@ -43,13 +43,15 @@ pub(crate) struct ShadowStatus {
 impl Monitor {
     /// What the shadow set answers for a request the live set decided as
     /// `live` (before the cap on waiting approvals, which is not policy):
-    /// counted always, returned only when the outcome differs.
+    /// counted when `count` (once per request, not per try of a request
+    /// decided again), returned only when the outcome differs.
     pub(super) fn shadow_decide(
         &self,
         request: &NormalizedRequest,
         facts: &SessionFacts,
         now: OffsetDateTime,
         live: &Evaluation,
+        count: bool,
     ) -> Option<ShadowOutcome> {
         let shadow = read(&self.shadow).snapshot.clone()?;
         let (outcome, policy_ids, reasons) = match decide(&shadow, request, facts, now, &self.config.decision) {
@@ -61,8 +63,11 @@ impl Monitor {
             }
             Err(invalid) => (REFUSED, vec![], vec![format!("refused as bad input: {invalid}")]),
         };
-        self.metrics.shadowed(live.outcome.as_str(), outcome);
+        if count {
+            self.metrics.shadowed(live.outcome.as_str(), outcome);
+        }
         (outcome != live.outcome.as_str()).then(|| ShadowOutcome {
+            live: live.outcome.as_str().to_owned(),
             outcome: outcome.to_owned(),
             policy_ids,
             reasons,
