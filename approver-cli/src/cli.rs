@@ -375,11 +375,11 @@ pub(crate) enum PolicyCommand {
     /// policies of DIR, each with the facts it was decided with (its time,
     /// the harness, the session's labels, a lock, the cap on waiting
     /// approvals, the grants of that moment; the users' rights are DIR's
-    /// entities.json), and list those
-    /// whose outcome would change, grouped by the policies responsible,
-    /// with counts and examples. Reads the running monitor's log (admin
+    /// entities.json), and list those whose outcome would change, grouped
+    /// by the policies responsible, with counts and examples. Reads the running monitor's log (admin
     /// token) or, with --data, a stopped monitor's. Exit code 0 when none
-    /// would change, 3 when some would.
+    /// would change, 3 when some would, 4 when none would but some could
+    /// not be decided as they were made (the notes say which).
     Replay {
         /// The candidate policy folder
         #[arg(long, value_name = "DIR")]
