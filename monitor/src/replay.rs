@@ -570,3 +570,72 @@ impl ShadowScan {
         report
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundled() -> Arc<PolicySnapshot> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+        Arc::new(PolicySnapshot::load(&dir).unwrap())
+    }
+
+    /// A decision record of alice's reading `path`, decided `outcome` by `ids`.
+    fn decision(seq: u64, request: &str, outcome: &str, ids: &[&str]) -> Recorded {
+        Recorded {
+            seq,
+            time_unix_ns: 1_796_000_000_000_000_000,
+            kind: "decision".into(),
+            caller: "harness".into(),
+            user: "alice".into(),
+            request: request.into(),
+            outcome: outcome.into(),
+            policy_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+            policy_version: "sha256:then".into(),
+            request_id: format!("r{seq}"),
+        }
+    }
+
+    fn read(path: &str) -> crate::normalize::NormalizedRequest {
+        let input = crate::normalize::RequestInput {
+            request_id: String::new(),
+            actor: crate::normalize::Actor { user: "alice".into(), agent: "claude-code".into(), session: "s1".into() },
+            action: "fs.read".into(),
+            resource: crate::normalize::ResourceInput::File { path: path.into(), cwd: String::new(), pattern: false },
+            justification: String::new(),
+            context_json: String::new(),
+        };
+        crate::normalize::normalize(&input).unwrap()
+    }
+
+    #[test]
+    fn what_cannot_be_decided_as_it_was_made_leaves_the_report_incomplete() {
+        let snapshot = bundled();
+        let request = read("/home/alice/project/src/main.rs");
+        let json = RecordedRequest::of(&request).to_json();
+        // Recorded as the bundled set decides it: nothing changes, all known.
+        let facts = SessionFacts { harness: "harness".into(), ..SessionFacts::default() };
+        let now = OffsetDateTime::from_unix_timestamp_nanos(1_796_000_000_000_000_000).unwrap();
+        let outcome = decide(&snapshot, &request, &facts, now, &DecisionConfig::default()).unwrap().outcome.as_str();
+        let mut replayer = Replayer::new("bundled", Arc::clone(&snapshot));
+        replayer.feed(decision(1, &json, outcome, &[]), true);
+        let complete = replayer.finish();
+        assert_eq!((complete.decisions, complete.changed, complete.incomplete), (1, 0, false), "{complete:?}");
+
+        // A record that is not a request, and a decision that relied on a
+        // grant the log never described: both said, neither "unchanged".
+        let mut replayer = Replayer::new("bundled", Arc::clone(&snapshot));
+        replayer.feed(decision(1, "not json", "ALLOW", &[]), true);
+        replayer.feed(decision(2, &json, outcome, &["grt-gone"]), true);
+        let report = replayer.finish();
+        assert_eq!(report.decisions, 2);
+        assert!(report.incomplete, "{report:?}");
+        assert!(report.notes.iter().any(|n| n.contains("could not be read")), "{:?}", report.notes);
+        assert!(report.notes.iter().any(|n| n.contains("relied on grants")), "{:?}", report.notes);
+        // Outside the window, a decision is not decided at all.
+        let mut replayer = Replayer::new("bundled", Arc::clone(&snapshot));
+        replayer.feed(decision(1, "not json", "ALLOW", &[]), false);
+        let report = replayer.finish();
+        assert_eq!((report.decisions, report.incomplete), (0, false));
+    }
+}
