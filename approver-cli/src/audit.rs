@@ -253,14 +253,8 @@ fn time_of(record: &serde_json::Value) -> i64 {
 
 /// A record from the monitor in the stored record's shape.
 fn proto_value(record: &pb::AuditRecord) -> serde_json::Value {
-    let time_unix_ns =
-        record.time.as_ref().map_or(0, |t| t.seconds.saturating_mul(1_000_000_000).saturating_add(i64::from(t.nanos)));
-    let outcome = match pb::Outcome::try_from(record.outcome) {
-        Ok(pb::Outcome::Allow) => "ALLOW",
-        Ok(pb::Outcome::Deny) => "DENY",
-        Ok(pb::Outcome::Pending) => "PENDING",
-        _ => "",
-    };
+    let time_unix_ns = crate::format::timestamp_unix_ns(record.time.as_ref());
+    let outcome = crate::format::proto_outcome_str(record.outcome);
     let actor = record.actor.as_ref();
     serde_json::json!({
         "seq": record.seq,

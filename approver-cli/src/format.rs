@@ -58,6 +58,12 @@ pub(crate) fn outcome_str(outcome: Outcome) -> &'static str {
     }
 }
 
+/// A proto time as nanoseconds since the Unix epoch (0 when unset), as
+/// the stored records keep it.
+pub(crate) fn timestamp_unix_ns(t: Option<&prost_types::Timestamp>) -> i64 {
+    t.map_or(0, |t| t.seconds.saturating_mul(1_000_000_000).saturating_add(i64::from(t.nanos)))
+}
+
 /// A proto outcome as [`outcome_str`] writes it; empty when unset.
 pub(crate) fn proto_outcome_str(outcome: i32) -> &'static str {
     match warden_proto::v1::Outcome::try_from(outcome) {

@@ -93,18 +93,10 @@ async fn read_log(
 }
 
 fn from_proto(record: pb::AuditRecord) -> Recorded {
-    let outcome = match pb::Outcome::try_from(record.outcome) {
-        Ok(pb::Outcome::Allow) => "ALLOW",
-        Ok(pb::Outcome::Deny) => "DENY",
-        Ok(pb::Outcome::Pending) => "PENDING",
-        _ => "",
-    };
+    let outcome = crate::format::proto_outcome_str(record.outcome);
     Recorded {
         seq: record.seq,
-        time_unix_ns: record
-            .time
-            .as_ref()
-            .map_or(0, |t| t.seconds.saturating_mul(1_000_000_000).saturating_add(i64::from(t.nanos))),
+        time_unix_ns: crate::format::timestamp_unix_ns(record.time.as_ref()),
         kind: record.kind,
         caller: record.caller,
         user: record.actor.map(|a| a.user).unwrap_or_default(),

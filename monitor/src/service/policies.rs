@@ -297,7 +297,7 @@ async fn prove_folder(
 /// What a read of the policy folder holds, to compare with the set serving
 /// (its version) and with the last failed load: the files' version, or the
 /// error that kept them from being read.
-fn content_key(folder: &Result<PolicyFiles, LoadError>) -> String {
+pub(super) fn content_key(folder: &Result<PolicyFiles, LoadError>) -> String {
     match folder {
         Ok(files) => files.version(),
         Err(error) => format!("unreadable: {error}"),

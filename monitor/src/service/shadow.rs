@@ -89,18 +89,12 @@ impl Monitor {
         let Some(dir) = self.config.shadow_dir.clone() else { return Ok(None) };
         let _admin = self.admin.lock().await;
         let read_dir = dir.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
-            PolicyFiles::read(&read_dir).and_then(|files| {
-                let content = files.version();
-                PolicySnapshot::from_files(&files).map(|snapshot| (content, snapshot))
-            })
+        let (content, loaded) = tokio::task::spawn_blocking(move || {
+            let folder = PolicyFiles::read(&read_dir);
+            (super::policies::content_key(&folder), folder.and_then(|files| PolicySnapshot::from_files(&files)))
         })
         .await
         .map_err(|e| CallError::Store(StoreError::BatchFailed(format!("the shadow policy loader failed: {e}"))))?;
-        let content = match &loaded {
-            Ok((content, _)) => content.clone(),
-            Err(error) => format!("unreadable: {error}"),
-        };
         {
             let shadow = read(&self.shadow);
             let same = shadow.snapshot.as_ref().is_some_and(|s| s.version == content);
@@ -110,7 +104,7 @@ impl Monitor {
         }
         let now = unix_ns(self.now());
         let (kind, reasons, version) = match &loaded {
-            Ok((_, snapshot)) => {
+            Ok(snapshot) => {
                 let previous = read(&self.shadow).status.version.clone();
                 ("policy.shadow-reload", vec![format!("{previous} -> {}", snapshot.version)], snapshot.version.clone())
             }
@@ -133,7 +127,7 @@ impl Monitor {
         let mut shadow = write(&self.shadow);
         shadow.status.dir = dir.display().to_string();
         match loaded {
-            Ok((_, snapshot)) => {
+            Ok(snapshot) => {
                 tracing::info!(policy_version = %snapshot.version, dir = %dir.display(), "shadow policies loaded");
                 shadow.status.version = snapshot.version.clone();
                 shadow.status.policies = snapshot.len();
